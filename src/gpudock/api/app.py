@@ -1,0 +1,52 @@
+"""The app factory: settings in, FastAPI app out; nothing is built at import."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from gpudock import __version__
+from gpudock.api.errors import install_error_handlers
+from gpudock.api.routers import gpus, instances, users
+from gpudock.api.schemas import ErrorPublic
+from gpudock.services.platform import Platform
+
+API_PREFIX = "/api/v1"
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorPublic, "description": "Missing or unknown token"},
+    422: {"model": ErrorPublic, "description": "Invalid input"},
+}
+
+
+def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if run_reconciler:
+            platform.start()
+        try:
+            yield
+        finally:
+            if run_reconciler:
+                platform.reconciler.stop()
+
+    app = FastAPI(
+        title="gpudock",
+        version=__version__,
+        description="Self-hosted GPU cloud API. Every endpoint needs a Bearer token (gpd_…).",
+        lifespan=lifespan,
+    )
+    app.state.context = platform.ctx
+    app.state.platform = platform
+    install_error_handlers(app)
+    api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
+    for router in (users.router, gpus.router, instances.router):
+        api.include_router(router)
+    app.include_router(api)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

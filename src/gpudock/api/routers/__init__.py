@@ -1,0 +1,1 @@
+"""Thin routers: parse, authorise, call one service function, convert."""

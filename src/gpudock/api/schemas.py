@@ -1,0 +1,110 @@
+"""API bodies: `...Request` comes in, `...Public` goes out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorPublic(BaseModel):
+    error: ErrorBody
+
+
+class UserCreateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=32, examples=["alice"])
+    is_admin: bool = False
+
+
+class UserPublic(BaseModel):
+    id: str
+    name: str
+    is_admin: bool
+    created_at: datetime
+
+
+class UserWithTokenPublic(UserPublic):
+    token: str = Field(description="Shown once; gpudock keeps only its SHA-256 digest.")
+
+
+class GpuModelPublic(BaseModel):
+    model: str
+    memory_mb: int
+    total: int
+    free: int
+    hosts: int
+    max_per_host: int
+    price_per_hour: str | None = Field(
+        default=None, description="Placeholder until billing sets prices."
+    )
+
+
+class GpuPublic(BaseModel):
+    uuid: str
+    index: int
+    model: str
+    memory_mb: int
+    pci_bus_id: str
+    numa_node: int | None
+    nvlink_peers: list[str]
+    state: str
+    present: bool
+    instance_id: str | None
+
+
+class HostPublic(BaseModel):
+    id: str
+    name: str
+    cpus: float
+    memory_gb: int
+    driver_version: str
+    cuda_version: str
+    simulated: bool
+    present: bool
+    gpus: list[GpuPublic]
+
+
+class InstanceCreateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(default=None, min_length=1, max_length=63, examples=["train-1"])
+    gpu_model: str | None = Field(default=None, max_length=64, examples=["A100-80GB"])
+    gpu_count: int = Field(default=1, ge=0, le=16, description="0 = no-GPU mode")
+    image: str | None = Field(default=None, max_length=512)
+    cpu: float | None = Field(default=None, gt=0, le=1024, allow_inf_nan=False)
+    memory_gb: int | None = Field(default=None, ge=1, le=65536)
+    disk_gb: int | None = Field(default=None, ge=1, le=1_000_000)
+    env: dict[str, str] = Field(default_factory=dict, max_length=128)
+
+
+class InstancePublic(BaseModel):
+    id: str
+    name: str
+    user_id: str
+    status: str
+    status_reason: str
+    desired_state: str
+    gpu_model: str | None
+    gpu_count: int
+    gpus: list[str]
+    host: str | None
+    image: str
+    cpu: float
+    memory_gb: int
+    disk_gb: int
+    container_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class InstanceEventPublic(BaseModel):
+    at: datetime
+    from_status: str | None
+    to_status: str
+    message: str

@@ -1,0 +1,60 @@
+"""Engine and session factory; migrations applied on start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+def make_engine(url: str) -> Engine:
+    """Create an engine; SQLite gets WAL, a busy timeout and BEGIN IMMEDIATE.
+
+    BEGIN IMMEDIATE makes every SQLite transaction take the write lock up
+    front, so two writers queue instead of failing with 'database is locked'
+    when a reader tries to upgrade.
+    """
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=20
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_size=20, max_overflow=10, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def alembic_config(engine: Engine) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection_engine"] = engine
+    return config
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest revision (idempotent)."""
+    command.upgrade(alembic_config(engine), "head")

@@ -1,0 +1,1 @@
+"""GPU inventory sources: NVML on real hosts, a simulated fleet elsewhere."""

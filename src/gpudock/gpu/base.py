@@ -1,0 +1,66 @@
+"""The one interface both GPU sources implement; the rest of gpudock never
+knows which one it is talking to."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpudock.errors import GpudockError
+
+
+class GpuDiscoveryError(GpudockError):
+    """The GPU source could not be read (driver missing, NVML failure)."""
+
+    code = "gpu_discovery_failed"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    uuid: str
+    index: int
+    model: str
+    memory_mb: int
+    pci_bus_id: str = ""
+    numa_node: int | None = None
+    nvlink_peers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    name: str
+    cpus: float
+    memory_gb: int
+    driver_version: str
+    cuda_version: str
+    simulated: bool
+    gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
+
+
+class GpuSource(Protocol):
+    def discover(self) -> list[HostInfo]:
+        """Return every host this source knows, with its GPUs.
+
+        Fast and side-effect free; raises `GpuDiscoveryError` when the
+        source cannot be read.
+        """
+        ...
+
+
+_MEMORY_TOKEN = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+_FORM_FACTORS = {"SXM", "SXM2", "SXM4", "SXM5", "PCIE", "NVL", "HBM3", "HBM3E"}
+
+
+def canonical_model_name(raw_name: str, memory_mb: int) -> str:
+    """'NVIDIA A100-SXM4-80GB' → 'A100-80GB'; 'NVIDIA H200' (143771 MiB) → 'H200-140GB'.
+
+    gpudock names a model by its chip and its memory so that users can ask
+    for 'A100-80GB' whichever board vendor or form factor a host carries.
+    """
+    name = raw_name.replace("NVIDIA ", "").replace("GeForce ", "").replace("Tesla ", "")
+    tokens = [t for t in re.split(r"[\s\-_]+", name.strip()) if t]
+    memory_token = next((t for t in tokens if _MEMORY_TOKEN.fullmatch(t)), None)
+    chip = [t for t in tokens if t.upper() not in _FORM_FACTORS and t is not memory_token]
+    gigabytes = memory_token.upper() if memory_token else f"{round(memory_mb / 1024)}GB"
+    return f"{''.join(chip)}-{gigabytes}"

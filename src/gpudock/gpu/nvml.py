@@ -1,0 +1,275 @@
+"""GPU discovery on a real NVIDIA host through NVML (nvidia-ml-py, module `pynvml`).
+
+The pynvml module is passed in (tests hand over a fake) or imported lazily on
+first use, so importing this module never needs the NVIDIA driver. Every
+pynvml constant and exception class is read from that module object, and
+every NVML failure leaves as a `GpuDiscoveryError` that says what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from gpudock.gpu.base import GpuDiscoveryError, GpuInfo, HostInfo, canonical_model_name
+
+# Read at call time, so tests can point it at a temporary directory.
+SYSFS_PCI_DEVICES = Path("/sys/bus/pci/devices")
+
+_MIB = 1024**2
+_GIB = 1024**3
+_SIMULATE_HINT = "or start the server with --simulate SPEC (e.g. --simulate 1x8xA100-80GB)"
+_NO_DRIVER = (
+    "NVIDIA driver not found (libnvidia-ml.so.1 could not be loaded): install the "
+    f"NVIDIA driver, {_SIMULATE_HINT} on a machine without NVIDIA GPUs"
+)
+# pynvml exception class name -> what the operator should do about it.
+_INIT_ERRORS = (
+    ("NVMLError_LibraryNotFound", _NO_DRIVER),
+    (
+        "NVMLError_DriverNotLoaded",
+        "NVIDIA driver is installed but not loaded: check `nvidia-smi` and "
+        f"`lsmod | grep nvidia`, reboot after a driver install, {_SIMULATE_HINT}",
+    ),
+    (
+        "NVMLError_LibRmVersionMismatch",
+        "NVIDIA driver library and kernel module versions differ (usually after a "
+        "driver upgrade): reboot the host or reload the nvidia kernel modules",
+    ),
+    (
+        "NVMLError_NoPermission",
+        "no permission to use NVML: run the gpudock server as a user that can open "
+        "/dev/nvidiactl and /dev/nvidia*",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class _RawGpu:
+    """What NVML says about one GPU before NVLink peers are resolved."""
+
+    handle: Any
+    index: int
+    uuid: str
+    model: str
+    memory_mb: int
+    pci_bus_id: str
+    numa_node: int | None
+
+
+@dataclass(frozen=True)
+class _Links:
+    """Where one GPU's active NVLinks lead (normalised bus ids)."""
+
+    remote_bus_ids: frozenset[str]
+    via_switch: bool
+
+
+class NvmlGpuSource:
+    """Implements `GpuSource` for the local host by asking NVML."""
+
+    def __init__(self, nvml: ModuleType | None = None, host_name: str | None = None) -> None:
+        self._nvml = nvml
+        self._host_name = host_name
+
+    def discover(self) -> list[HostInfo]:
+        nvml = self._nvml if self._nvml is not None else _import_pynvml()
+        with _nvml_session(nvml):
+            gpus = _discover_gpus(nvml)
+            host = HostInfo(
+                name=self._host_name or socket.gethostname(),
+                cpus=float(os.cpu_count() or 0),
+                memory_gb=_host_memory_gb(),
+                driver_version=_text(nvml.nvmlSystemGetDriverVersion()),
+                cuda_version=_cuda_version(nvml),
+                simulated=False,
+                gpus=gpus,
+            )
+        return [host]
+
+
+def nvml_available(nvml: ModuleType | None = None) -> bool:
+    """True iff NVML initialises here (a driver is installed and loaded)."""
+    try:
+        module = nvml if nvml is not None else _import_pynvml()
+        with _nvml_session(module):
+            return True
+    except GpuDiscoveryError:
+        return False
+
+
+def _import_pynvml() -> ModuleType:
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError as exc:
+        raise GpuDiscoveryError(
+            "the nvidia-ml-py package (module pynvml) is not installed: "
+            f"`pip install nvidia-ml-py`, {_SIMULATE_HINT}"
+        ) from exc
+
+
+@contextlib.contextmanager
+def _nvml_session(nvml: ModuleType) -> Iterator[None]:
+    """nvmlInit() … nvmlShutdown(), with NVML errors turned into GpuDiscoveryError."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        raise GpuDiscoveryError(_init_failure_message(nvml, exc)) from exc
+    except OSError as exc:
+        raise GpuDiscoveryError(_NO_DRIVER) from exc
+    try:
+        yield
+    except nvml.NVMLError as exc:
+        raise GpuDiscoveryError(
+            f"NVML query failed: {exc} ({type(exc).__name__}); check the GPUs with "
+            f"`nvidia-smi` and the kernel log (`dmesg`), {_SIMULATE_HINT}"
+        ) from exc
+    finally:
+        # A failed shutdown must not hide the discovery result or its error.
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
+
+
+def _init_failure_message(nvml: ModuleType, exc: BaseException) -> str:
+    for class_name, message in _INIT_ERRORS:
+        error_class = getattr(nvml, class_name, None)
+        if isinstance(error_class, type) and isinstance(exc, error_class):
+            return message
+    return (
+        f"NVML could not be initialised: {exc} ({type(exc).__name__}); "
+        f"check the driver with `nvidia-smi`, {_SIMULATE_HINT}"
+    )
+
+
+def _discover_gpus(nvml: ModuleType) -> tuple[GpuInfo, ...]:
+    raw = [_read_gpu(nvml, index) for index in range(nvml.nvmlDeviceGetCount())]
+    links = [_nvlinks(nvml, gpu.handle) for gpu in raw]
+    uuid_by_bus = {_normalize_bus_id(gpu.pci_bus_id): gpu.uuid for gpu in raw}
+    on_switch = {gpu.uuid for gpu, link in zip(raw, links, strict=True) if link.via_switch}
+    gpus: list[GpuInfo] = []
+    for gpu, link in zip(raw, links, strict=True):
+        peers = {uuid_by_bus[bus] for bus in link.remote_bus_ids if bus in uuid_by_bus}
+        if link.via_switch:
+            peers |= on_switch
+        gpus.append(
+            GpuInfo(
+                uuid=gpu.uuid,
+                index=gpu.index,
+                model=gpu.model,
+                memory_mb=gpu.memory_mb,
+                pci_bus_id=gpu.pci_bus_id,
+                numa_node=gpu.numa_node,
+                # In NVML index order, each peer once, never the GPU itself.
+                nvlink_peers=tuple(o.uuid for o in raw if o.uuid in peers and o.uuid != gpu.uuid),
+            )
+        )
+    return tuple(gpus)
+
+
+def _read_gpu(nvml: ModuleType, index: int) -> _RawGpu:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    memory_mb = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB
+    bus_id = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+    return _RawGpu(
+        handle=handle,
+        index=index,
+        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+        model=canonical_model_name(_text(nvml.nvmlDeviceGetName(handle)), memory_mb),
+        memory_mb=memory_mb,
+        pci_bus_id=bus_id,
+        numa_node=_numa_node(nvml, handle, bus_id),
+    )
+
+
+def _numa_node(nvml: ModuleType, handle: Any, bus_id: str) -> int | None:
+    """NVML's answer when it has one, else the kernel's; -1 (no NUMA) is None."""
+    get_numa_node = getattr(nvml, "nvmlDeviceGetNumaNodeId", None)
+    if get_numa_node is not None:
+        try:
+            node = int(get_numa_node(handle))
+        except nvml.NVMLError:
+            pass
+        else:
+            return node if node >= 0 else None
+    try:
+        path = SYSFS_PCI_DEVICES / _normalize_bus_id(bus_id) / "numa_node"
+        node = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
+def _nvlinks(nvml: ModuleType, handle: Any) -> _Links:
+    """Follow every active NVLink; a link NVML cannot describe is skipped."""
+    remote_pci_info = getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None)
+    if remote_pci_info is None:
+        remote_pci_info = nvml.nvmlDeviceGetNvLinkRemotePciInfo
+    remote: set[str] = set()
+    via_switch = False
+    for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
+                continue
+            remote.add(_normalize_bus_id(_text(remote_pci_info(handle, link).busId)))
+        except nvml.NVMLError:
+            continue
+        via_switch = via_switch or _is_switch_link(nvml, handle, link)
+    return _Links(frozenset(remote), via_switch)
+
+
+def _is_switch_link(nvml: ModuleType, handle: Any, link: int) -> bool:
+    """True when the link ends at an NVSwitch (HGX/DGX boards), not at a GPU.
+
+    GPUs behind NVSwitches never see each other's bus id at the end of a link;
+    every GPU on the switch fabric is a peer of every other one.
+    """
+    get_type = getattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
+    switch_type = getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", None)
+    if get_type is None or switch_type is None:
+        return False
+    try:
+        return bool(get_type(handle, link) == switch_type)
+    except nvml.NVMLError:
+        return False
+
+
+def _cuda_version(nvml: ModuleType) -> str:
+    """Highest CUDA version the driver supports: 12040 -> '12.4'."""
+    version: int | None = None
+    get_v2 = getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None)
+    if get_v2 is not None:
+        with contextlib.suppress(nvml.NVMLError):
+            version = int(get_v2())
+    if version is None:
+        version = int(nvml.nvmlSystemGetCudaDriverVersion())
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _host_memory_gb() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+    return max(total, 0) // _GIB
+
+
+def _normalize_bus_id(bus_id: str) -> str:
+    """'00000000:3B:00.0' or '0000:3b:00.0' -> '0000:3b:00.0' (the sysfs name)."""
+    try:
+        domain, bus, rest = bus_id.strip().split(":")
+        device, function = (int(part, 16) for part in rest.split("."))
+        return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{device:02x}.{function:x}"
+    except ValueError:
+        return bus_id.strip().lower()
+
+
+def _text(value: str | bytes) -> str:
+    """pynvml returns str in current releases, bytes in old ones and in ctypes fields."""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,1 @@
+"""Container images gpudock builds itself: the local debootstrap base image."""

@@ -1,0 +1,1 @@
+"""Container runtimes behind one small interface (Docker now, Kubernetes later)."""

@@ -1,0 +1,148 @@
+"""In-memory runtime for unit tests only: the same contract, no engine.
+
+End-to-end tests use the real Docker Engine; this exists so API and service
+logic can be tested fast and deterministically.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from gpudock.errors import RuntimeFailure
+from gpudock.runtime.base import (
+    ContainerSpec,
+    ContainerState,
+    EngineInfo,
+    ExecResult,
+    ImageNotFound,
+    VolumeState,
+)
+
+
+@dataclass
+class _Container:
+    state: ContainerState
+    spec: ContainerSpec
+
+
+@dataclass
+class FakeRuntime:
+    images: set[str] = field(default_factory=lambda: {"gpudock/base:bookworm"})
+    pullable: set[str] = field(default_factory=set)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    containers: dict[str, _Container] = field(default_factory=dict)
+    volumes: dict[str, VolumeState] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def engine_info(self) -> EngineInfo:
+        return EngineInfo(cpus=2, memory_bytes=24 * 2**30, server_version="fake")
+
+    def image_present(self, ref: str) -> bool:
+        return ref in self.images
+
+    def image_pullable(self, ref: str) -> bool:
+        return ref in self.pullable
+
+    def ensure_image(self, ref: str) -> None:
+        if ref not in self.images and ref not in self.pullable:
+            raise ImageNotFound(f"image {ref!r} not found")
+        self.images.add(ref)
+
+    def ensure_volume(self, name: str, labels: dict[str, str]) -> None:
+        with self._lock:
+            self.volumes.setdefault(name, VolumeState(name=name, labels=dict(labels)))
+
+    def remove_volume(self, name: str) -> None:
+        with self._lock:
+            self.volumes.pop(name, None)
+
+    def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
+        return [v for v in self.volumes.values() if labels.items() <= v.labels.items()]
+
+    def create_container(self, spec: ContainerSpec) -> ContainerState:
+        with self._lock:
+            found = self._find(spec.name)
+            if found is not None:
+                return found.state
+            if spec.image not in self.images:
+                raise ImageNotFound(f"image {spec.image!r} not found")
+            state = ContainerState(
+                id=f"fake{next(self._ids):08d}",
+                name=spec.name,
+                running=False,
+                status="created",
+                labels=dict(spec.labels),
+            )
+            self.containers[state.id] = _Container(state=state, spec=spec)
+            return state
+
+    def start_container(self, container_id: str) -> ContainerState:
+        with self._lock:
+            container = self._get(container_id)
+            if not container.state.running:
+                container.state = replace(
+                    container.state, running=True, status="running", started_at=self.clock()
+                )
+            return container.state
+
+    def stop_container(self, container_id: str, timeout_s: int) -> ContainerState | None:
+        with self._lock:
+            container = self._find(container_id)
+            if container is None:
+                return None
+            if container.state.running:
+                container.state = replace(
+                    container.state,
+                    running=False,
+                    status="exited",
+                    finished_at=self.clock(),
+                    exit_code=0,
+                )
+            return container.state
+
+    def remove_container(self, container_id: str) -> None:
+        with self._lock:
+            container = self._find(container_id)
+            if container is not None:
+                del self.containers[container.state.id]
+
+    def inspect_container(self, name_or_id: str) -> ContainerState | None:
+        found = self._find(name_or_id)
+        return found.state if found else None
+
+    def list_containers(self, labels: dict[str, str]) -> list[ContainerState]:
+        return [
+            c.state for c in self.containers.values() if labels.items() <= c.state.labels.items()
+        ]
+
+    def commit_container(self, container_id: str, repository: str, tag: str) -> str:
+        self._get(container_id)
+        self.images.add(f"{repository}:{tag}")
+        return f"{repository}:{tag}"
+
+    def remove_image(self, ref: str) -> None:
+        self.images.discard(ref)
+
+    def exec_in_container(self, container_id: str, command: list[str]) -> ExecResult:
+        self._get(container_id)
+        return ExecResult(exit_code=0, output=b"")
+
+    def spec_of(self, name_or_id: str) -> ContainerSpec:
+        return self._get(name_or_id).spec
+
+    def _find(self, name_or_id: str) -> _Container | None:
+        for container in self.containers.values():
+            if name_or_id in (container.state.id, container.state.name):
+                return container
+        return None
+
+    def _get(self, name_or_id: str) -> _Container:
+        found = self._find(name_or_id)
+        if found is None:
+            raise RuntimeFailure(f"no such container {name_or_id}")
+        return found

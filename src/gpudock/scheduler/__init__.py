@@ -1,0 +1,1 @@
+"""Placement: pure functions over a capacity snapshot (no I/O)."""

@@ -1,0 +1,35 @@
+"""What every service needs, built once by the app factory."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpudock.gpu.base import GpuSource
+from gpudock.runtime.base import Runtime
+from gpudock.settings import Settings
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class ServiceContext:
+    settings: Settings
+    sessions: sessionmaker[Session]
+    runtime: Runtime
+    gpu_source: GpuSource
+    cluster_id: str = ""
+    clock: Callable[[], datetime] = utc_now
+    wake_reconciler: Callable[[], None] = field(default=lambda: None)
+
+    def crash_point(self, name: str) -> None:
+        """Test hook: SIGKILL this process at a named point (never set in production)."""
+        if name in self.settings.crash_point_set:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,338 @@
+"""Instances: the user-facing operations and the one writer of their status."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpudock.db.models import (
+    DesiredState,
+    GpuAllocationModel,
+    HostModel,
+    InstanceEventModel,
+    InstanceModel,
+    InstanceStatus,
+    UserModel,
+)
+from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.services import sizing
+from gpudock.services.context import ServiceContext
+
+S = InstanceStatus
+ALLOWED_TRANSITIONS: dict[InstanceStatus | None, frozenset[InstanceStatus]] = {
+    None: frozenset({S.PENDING}),
+    S.PENDING: frozenset({S.CREATING, S.STOPPED, S.DELETING, S.FAILED}),
+    S.CREATING: frozenset({S.RUNNING, S.STOPPING, S.DELETING, S.FAILED}),
+    S.RUNNING: frozenset({S.STOPPING, S.DELETING, S.CREATING, S.FAILED}),
+    S.STOPPING: frozenset({S.STOPPED, S.STARTING, S.DELETING, S.FAILED}),
+    S.STOPPED: frozenset({S.STARTING, S.DELETING}),
+    S.STARTING: frozenset({S.RUNNING, S.STOPPING, S.STOPPED, S.DELETING, S.FAILED}),
+    S.FAILED: frozenset({S.STARTING, S.STOPPED, S.DELETING}),
+    S.DELETING: frozenset({S.DELETED}),
+    S.DELETED: frozenset(),
+}
+TERMINAL = frozenset({S.DELETED})
+_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+RESERVED_ENV_PREFIXES = ("NVIDIA_", "GPUDOCK_")
+RESERVED_ENV_NAMES = frozenset({"LD_PRELOAD", "LD_AUDIT"})
+
+
+class InvalidTransition(Conflict):
+    code = "invalid_transition"
+
+
+def switch_instance_status(
+    session: Session,
+    instance: InstanceModel,
+    new: InstanceStatus,
+    reason: str,
+    at: datetime,
+) -> None:
+    """The only writer of `InstanceModel.status`: validates and records an event.
+
+    Staying in the same status with a new reason records the new reason (e.g.
+    "waiting for 2 × A100-80GB"); the same status and reason is a no-op.
+    """
+    old = instance.status if instance.status is not None else None
+    if old == new:
+        if instance.status_reason == reason:
+            return
+    elif new not in ALLOWED_TRANSITIONS[old]:
+        raise InvalidTransition(f"instance {instance.id} cannot go from {old} to {new}")
+    instance.status = new
+    instance.status_reason = reason
+    instance.updated_at = at
+    if old is None:
+        session.flush()  # a new row goes in before the event that references it
+    session.add(
+        InstanceEventModel(
+            instance_id=instance.id,
+            at=at,
+            from_status=old.value if old else None,
+            to_status=new.value,
+            message=reason,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class InstanceRequest:
+    gpu_model: str | None
+    gpu_count: int
+    name: str | None = None
+    image: str | None = None
+    cpu: float | None = None
+    memory_gb: int | None = None
+    disk_gb: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def create_instance(
+    ctx: ServiceContext, user: UserModel, request: InstanceRequest
+) -> InstanceModel:
+    """Validate, then write the instance as pending in one transaction; the
+    reconciler places and starts it."""
+    _check_env(request.env)
+    image = request.image or ctx.settings.default_image
+    sizing.check_image(ctx, image)  # may ask a registry: outside any transaction
+    instance_id = "i-" + secrets.token_hex(5)
+    name = request.name or instance_id
+    if not _NAME.match(name):
+        raise InvalidRequest(
+            f"bad instance name {name!r}: use 1-63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit",
+            field="name",
+        )
+    now = ctx.clock()
+    try:
+        with ctx.sessions.begin() as session:
+            size = sizing.resolve_size(session, ctx.settings, request)
+            _check_name_free(session, user, name)
+            instance = InstanceModel(
+                id=instance_id,
+                name=name,
+                user_id=user.id,
+                gpu_model=request.gpu_model,
+                gpu_count=request.gpu_count,
+                image=image,
+                system_image=image,
+                cpu=size.cpu,
+                memory_gb=size.memory_gb,
+                disk_gb=size.disk_gb,
+                desired_state=DesiredState.RUNNING,
+                env=_encode_env(request.env),
+                created_at=now,
+                updated_at=now,
+                queued_at=now,
+                placed=False,
+            )
+            session.add(instance)
+            switch_instance_status(session, instance, S.PENDING, "waiting for placement", now)
+    except IntegrityError as exc:
+        raise Conflict(f"you already have an instance named {name!r}", field="name") from exc
+    ctx.wake_reconciler()
+    return instance
+
+
+def _check_env(env: dict[str, str]) -> None:
+    for key in env:
+        if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
+            raise InvalidRequest(
+                f"environment variable {key!r} is reserved: gpudock sets LD_PRELOAD, "
+                "LD_AUDIT, NVIDIA_* and GPUDOCK_* itself so that an instance cannot "
+                "reach GPUs or host hooks it was not given",
+                field="env",
+            )
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
+            raise InvalidRequest(f"bad environment variable name {key!r}", field="env")
+
+
+def _encode_env(env: dict[str, str]) -> str:
+    import json
+
+    return json.dumps(env, sort_keys=True)
+
+
+def _check_name_free(session: Session, user: UserModel, name: str) -> None:
+    taken = session.scalar(
+        select(InstanceModel.id).where(
+            InstanceModel.user_id == user.id,
+            InstanceModel.name == name,
+            InstanceModel.status != S.DELETED,
+        )
+    )
+    if taken is not None:
+        raise Conflict(f"you already have an instance named {name!r}", field="name")
+
+
+def _visible(user: UserModel) -> list[ColumnElement[bool]]:
+    return [] if user.is_admin else [InstanceModel.user_id == user.id]
+
+
+def list_instances(
+    ctx: ServiceContext, user: UserModel, *, include_deleted: bool = False
+) -> list[InstanceModel]:
+    with ctx.sessions() as session:
+        query = select(InstanceModel).where(*_visible(user)).order_by(InstanceModel.created_at)
+        if not include_deleted:
+            query = query.where(InstanceModel.status != S.DELETED)
+        return list(session.scalars(query))
+
+
+def _load(session: Session, user: UserModel, ref: str, *, lock: bool = False) -> InstanceModel:
+    """By id, or by name among the user's live instances; another tenant's → NotFound."""
+    query = select(InstanceModel).where(
+        *_visible(user),
+        or_(
+            InstanceModel.id == ref,
+            (InstanceModel.name == ref)
+            & (InstanceModel.user_id == user.id)
+            & (InstanceModel.status != S.DELETED),
+        ),
+    )
+    if lock:
+        query = query.with_for_update()
+    instance = session.scalars(query).first()
+    if instance is None:
+        raise NotFound(f"no instance {ref!r}: `gpudock instances list` shows yours")
+    return instance
+
+
+def get_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    with ctx.sessions() as session:
+        return _load(session, user, ref)
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    instance: InstanceModel
+    gpus: list[str]
+    host_name: str | None
+
+
+def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceView]:
+    """Instances with their allocated GPUs and host names, in two queries."""
+    ids = [i.id for i in instances]
+    with ctx.sessions() as session:
+        rows = session.execute(
+            select(GpuAllocationModel.instance_id, GpuAllocationModel.gpu_id)
+            .where(GpuAllocationModel.instance_id.in_(ids))
+            .order_by(GpuAllocationModel.gpu_id)
+        ).all()
+        host_names = dict(session.execute(select(HostModel.id, HostModel.name)).all())
+    gpus: dict[str, list[str]] = {i: [] for i in ids}
+    for instance_id, gpu_id in rows:
+        gpus[instance_id].append(gpu_id)
+    return [
+        InstanceView(i, gpus[i.id], host_names.get(i.host_id) if i.host_id else None)
+        for i in instances
+    ]
+
+
+def view(ctx: ServiceContext, instance: InstanceModel) -> InstanceView:
+    return views(ctx, [instance])[0]
+
+
+def list_events(ctx: ServiceContext, user: UserModel, ref: str) -> list[InstanceEventModel]:
+    with ctx.sessions() as session:
+        instance = _load(session, user, ref)
+        return list(
+            session.scalars(
+                select(InstanceEventModel)
+                .where(InstanceEventModel.instance_id == instance.id)
+                .order_by(InstanceEventModel.id)
+            )
+        )
+
+
+def _is_leased(instance: InstanceModel, now: datetime) -> bool:
+    return instance.lock_token is not None and (
+        instance.lock_expires_at is not None and instance.lock_expires_at > now
+    )
+
+
+def _request(
+    ctx: ServiceContext, user: UserModel, ref: str, desired: DesiredState, verb: str
+) -> InstanceModel:
+    """Record the desired state; switch status now where no I/O is needed
+    and no reconciler holds the row, else leave it to the reconciler."""
+    now = ctx.clock()
+    with ctx.sessions.begin() as session:
+        instance = _load(session, user, ref, lock=True)
+        if (
+            instance.status in (S.DELETING, S.DELETED)
+            or instance.desired_state == DesiredState.DELETED
+        ):
+            raise Conflict(f"instance {instance.id} is being deleted; it cannot {verb}")
+        instance.desired_state = desired
+        if desired == DesiredState.RUNNING:
+            instance.queued_at = (
+                now if instance.status in (S.STOPPED, S.FAILED) else instance.queued_at
+            )
+        if not _is_leased(instance, now):
+            _switch_for_request(session, instance, desired, verb, now)
+        instance.updated_at = now
+    ctx.wake_reconciler()
+    return instance
+
+
+def _switch_for_request(
+    session: Session, instance: InstanceModel, desired: DesiredState, verb: str, now: datetime
+) -> None:
+    status = instance.status
+    if desired == DesiredState.RUNNING and status in (S.STOPPED, S.FAILED):
+        switch_instance_status(session, instance, S.STARTING, f"{verb} requested", now)
+    elif desired == DesiredState.STOPPED:
+        if status in (S.PENDING, S.FAILED) or (status == S.STARTING and not instance.placed):
+            instance.placed = False
+            switch_instance_status(session, instance, S.STOPPED, "stop requested", now)
+        elif status in (S.RUNNING, S.CREATING, S.STARTING):
+            switch_instance_status(session, instance, S.STOPPING, "stop requested", now)
+    elif desired == DesiredState.DELETED and status != S.DELETING:
+        switch_instance_status(session, instance, S.DELETING, "delete requested", now)
+
+
+def start_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    return _request(ctx, user, ref, DesiredState.RUNNING, "start")
+
+
+def stop_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    return _request(ctx, user, ref, DesiredState.STOPPED, "stop")
+
+
+def delete_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    now = ctx.clock()
+    with ctx.sessions.begin() as session:
+        instance = _load(session, user, ref, lock=True)
+        if instance.status == S.DELETED:
+            return instance
+        instance.desired_state = DesiredState.DELETED
+        if not _is_leased(instance, now) and instance.status != S.DELETING:
+            switch_instance_status(session, instance, S.DELETING, "delete requested", now)
+    ctx.wake_reconciler()
+    return instance
+
+
+def restart_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    """Stop the container and start it again on the same GPUs."""
+    now = ctx.clock()
+    with ctx.sessions.begin() as session:
+        instance = _load(session, user, ref, lock=True)
+        if instance.status != S.RUNNING or instance.desired_state != DesiredState.RUNNING:
+            raise Conflict(
+                f"instance {instance.id} is {instance.status}; only a running instance can "
+                "restart (use start for a stopped one)"
+            )
+        if _is_leased(instance, now):
+            raise Conflict(f"instance {instance.id} is busy; try again in a moment")
+        # Desired state stays 'running': the reconciler stops the container,
+        # keeps the GPUs (placed stays true) and starts it again.
+        switch_instance_status(session, instance, S.STOPPING, "restart requested", now)
+    ctx.wake_reconciler()
+    return instance

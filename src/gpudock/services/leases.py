@@ -1,0 +1,84 @@
+"""Row leases: a worker claims an instance with a token and an expiry, does its
+slow I/O outside any transaction, and writes back only while it still holds
+the token (dstack's pipeline pattern)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from sqlalchemy import or_, update
+from sqlalchemy.orm import Session
+
+from gpudock.db.models import InstanceModel
+from gpudock.errors import GpudockError
+from gpudock.services.context import ServiceContext
+
+T = TypeVar("T")
+
+
+class LeaseLost(GpudockError):
+    """Another worker took the row over (our lease expired)."""
+
+    code = "lease_lost"
+
+
+def try_lease(ctx: ServiceContext, instance_id: str) -> str | None:
+    """Claim the row; return the token, or None if someone else holds it."""
+    token = secrets.token_hex(8)
+    now = ctx.clock()
+    with ctx.sessions.begin() as session:
+        result = session.execute(
+            update(InstanceModel)
+            .where(
+                InstanceModel.id == instance_id,
+                or_(
+                    InstanceModel.lock_token.is_(None),
+                    InstanceModel.lock_expires_at < now,
+                ),
+            )
+            .values(lock_token=token, lock_expires_at=now + timedelta(seconds=ctx.settings.lease_s))
+            .execution_options(synchronize_session=False)
+        )
+    return token if result.rowcount == 1 else None  # type: ignore[attr-defined]
+
+
+def with_lease(
+    ctx: ServiceContext,
+    instance_id: str,
+    token: str,
+    mutate: Callable[[Session, InstanceModel], T],
+) -> T:
+    """Run `mutate` on the row in one transaction, if we still hold the lease."""
+    with ctx.sessions.begin() as session:
+        instance = session.get(
+            InstanceModel, instance_id, with_for_update=True, populate_existing=True
+        )
+        if instance is None or instance.lock_token != token:
+            raise LeaseLost(f"lost the lease on instance {instance_id}")
+        instance.lock_expires_at = ctx.clock() + timedelta(seconds=ctx.settings.lease_s)
+        return mutate(session, instance)
+
+
+def release(ctx: ServiceContext, instance_id: str, token: str) -> None:
+    with ctx.sessions.begin() as session:
+        session.execute(
+            update(InstanceModel)
+            .where(InstanceModel.id == instance_id, InstanceModel.lock_token == token)
+            .values(lock_token=None, lock_expires_at=None)
+            .execution_options(synchronize_session=False)
+        )
+
+
+def release_all(ctx: ServiceContext) -> None:
+    """At start-up: this server is the only one on its database, so any lease
+    left in the table belonged to a process that is gone."""
+    with ctx.sessions.begin() as session:
+        session.execute(
+            update(InstanceModel)
+            .where(InstanceModel.lock_token.is_not(None))
+            .values(lock_token=None, lock_expires_at=None)
+            .execution_options(synchronize_session=False)
+        )

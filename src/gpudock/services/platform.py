@@ -1,0 +1,99 @@
+"""Composition root: database, runtime, GPU source, reconciler — built once."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from gpudock.db.engine import make_engine, make_sessionmaker, migrate
+from gpudock.gpu.base import GpuSource
+from gpudock.runtime.base import Runtime
+from gpudock.services import inventory, users
+from gpudock.services.context import ServiceContext, utc_now
+from gpudock.services.reconciler import Reconciler, collect_garbage
+from gpudock.settings import Settings
+
+log = logging.getLogger(__name__)
+ADMIN_TOKEN_FILE = "admin.token"  # noqa: S105 (a file name)
+
+
+@dataclass
+class Platform:
+    ctx: ServiceContext
+    reconciler: Reconciler
+    admin_token_path: Path | None
+
+    def start(self) -> None:
+        collect_garbage(self.ctx)
+        self.reconciler.start()
+
+    def close(self) -> None:
+        self.reconciler.stop()
+        self.ctx.sessions.kw["bind"].dispose()
+
+
+def default_gpu_source(settings: Settings) -> GpuSource:
+    if settings.simulate:
+        from gpudock.gpu.simulated import SimulatedGpuSource
+
+        return SimulatedGpuSource(settings.simulate)
+    from gpudock.gpu.nvml import NvmlGpuSource
+
+    return NvmlGpuSource()
+
+
+def default_runtime(settings: Settings) -> Runtime:
+    if settings.runtime == "fake":
+        from gpudock.runtime.fake import FakeRuntime
+
+        return FakeRuntime()
+    from gpudock.runtime.docker import DockerRuntime
+
+    return DockerRuntime(
+        settings.docker_host,
+        timeout_s=settings.runtime_call_timeout_s,
+        pool_size=settings.reconcile_workers + 8,
+    )
+
+
+def open_platform(
+    settings: Settings,
+    *,
+    runtime: Runtime | None = None,
+    gpu_source: GpuSource | None = None,
+    clock: Callable[[], datetime] = utc_now,
+) -> Platform:
+    """Migrate the database, sync the GPU inventory, make sure an admin exists."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    engine = make_engine(settings.effective_database_url)
+    migrate(engine)
+    source = gpu_source or default_gpu_source(settings)
+    ctx = ServiceContext(
+        settings=settings,
+        sessions=make_sessionmaker(engine),
+        runtime=runtime or default_runtime(settings),
+        gpu_source=source,
+        clock=clock,
+    )
+    ctx.cluster_id = inventory.ensure_cluster_id(ctx)
+    inventory.sync_inventory(ctx, source.discover())
+    reconciler = Reconciler(ctx)
+    ctx.wake_reconciler = reconciler.wake
+    token_path = _write_admin_token(settings.data_dir, users.ensure_admin(ctx))
+    return Platform(ctx=ctx, reconciler=reconciler, admin_token_path=token_path)
+
+
+def _write_admin_token(data_dir: Path, token: str | None) -> Path | None:
+    if token is None:
+        return None
+    path = data_dir / ADMIN_TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    os.chmod(path, 0o600)
+    log.warning("created the first admin; its API token is in %s", path)
+    return path

@@ -1,0 +1,289 @@
+"""The reconciler: converges the runtime to the database's desired state.
+
+One thread runs the loop; slow runtime I/O runs on a worker pool, each row
+under a lease. The loop wakes on every API change and at a fixed interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from gpudock.db.models import (
+    DesiredState,
+    GpuAllocationModel,
+    InstanceEventModel,
+    InstanceModel,
+    InstanceStatus,
+)
+from gpudock.errors import GpudockError
+from gpudock.scheduler.placement import HostCapacity, Placement, PlacementRequest, place
+from gpudock.services import containers, lifecycle
+from gpudock.services.context import ServiceContext
+from gpudock.services.instances import switch_instance_status
+from gpudock.services.inventory import capacity_snapshot
+from gpudock.services.leases import release_all
+
+log = logging.getLogger(__name__)
+S = InstanceStatus
+GC_INTERVAL_S = 60.0
+
+
+class Reconciler:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self._ctx = ctx
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._pool = ThreadPoolExecutor(ctx.settings.reconcile_workers, "gpudock-reconcile")
+        self._in_flight: dict[str, Future[None]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._last_health = 0.0
+        self._last_gc = 0.0
+
+    # -- lifecycle of the loop itself ---------------------------------------
+    def start(self) -> None:
+        release_all(self._ctx)
+        self._thread = threading.Thread(target=self._loop, name="gpudock-reconciler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                self.tick()
+            except Exception:  # the loop must survive anything one pass hits
+                log.exception("reconciler pass failed")
+            self._wake.wait(self._ctx.settings.reconcile_interval_s)
+
+    # -- one pass --------------------------------------------------------------
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last_gc >= GC_INTERVAL_S:
+            self._last_gc = now
+            collect_garbage(self._ctx)
+        place_waiting(self._ctx)
+        with self._ctx.sessions() as session:
+            ids = lifecycle.active_instance_ids(session)
+        for instance_id in ids:
+            self._submit(instance_id)
+        if now - self._last_health >= self._ctx.settings.health_check_interval_s:
+            self._last_health = now
+            check_running(self._ctx)
+
+    def _submit(self, instance_id: str) -> None:
+        with self._lock:
+            running = self._in_flight.get(instance_id)
+            if running is not None and not running.done():
+                return
+            future = self._pool.submit(self._advance, instance_id)
+            self._in_flight[instance_id] = future
+
+    def _advance(self, instance_id: str) -> None:
+        try:
+            lifecycle.advance(self._ctx, instance_id)
+        except Exception:
+            log.exception("instance %s: step failed", instance_id)
+        finally:
+            self._wake.set()  # a step may unlock the next one (e.g. placement)
+
+    def drain(self, timeout_s: float = 60.0) -> None:
+        """Run passes until one changes nothing and nothing is in flight (tests)."""
+        deadline = time.monotonic() + timeout_s
+        last_seen = -1
+        while time.monotonic() < deadline:
+            self.tick()
+            with self._lock:
+                futures = list(self._in_flight.values())
+            for future in futures:
+                future.result(timeout=max(0.1, deadline - time.monotonic()))
+            with self._ctx.sessions() as session:
+                newest = session.scalar(select(func.max(InstanceEventModel.id))) or 0
+                if newest == last_seen and not lifecycle.active_instance_ids(session):
+                    return
+            last_seen = newest
+        raise TimeoutError("the reconciler did not settle in time")
+
+
+# -- placement pass ----------------------------------------------------------------
+def place_waiting(ctx: ServiceContext) -> None:
+    """Place waiting instances in queue order; the database rejects a GPU
+    given twice (primary key on the allocation), whatever the timing."""
+    with ctx.sessions() as session:
+        waiting = list(
+            session.scalars(
+                select(InstanceModel)
+                .where(
+                    InstanceModel.desired_state == DesiredState.RUNNING,
+                    InstanceModel.placed.is_(False),
+                    InstanceModel.status.in_((S.PENDING, S.STARTING)),
+                )
+                .order_by(InstanceModel.queued_at, InstanceModel.id)
+            )
+        )
+        if not waiting:
+            return
+        snapshot = capacity_snapshot(session)
+    for instance in waiting:
+        request = _request_of(instance)
+        placement = place(snapshot, request)
+        if placement is None:
+            _note_waiting(ctx, instance)
+            continue
+        if _commit_placement(ctx, instance, placement):
+            snapshot = _after(snapshot, placement, request)
+            ctx.crash_point("after_placement")
+        else:
+            with ctx.sessions() as session:
+                snapshot = capacity_snapshot(session)
+
+
+def _request_of(instance: InstanceModel) -> PlacementRequest:
+    previous = frozenset(g for g in instance.container_gpus.split(",") if g)
+    return PlacementRequest(
+        gpu_model=instance.gpu_model,
+        gpu_count=instance.gpu_count,
+        cpus=instance.cpu,
+        memory_gb=instance.memory_gb,
+        preferred_gpus=previous if len(previous) == instance.gpu_count else frozenset(),
+        preferred_host=instance.host_id,
+    )
+
+
+def waiting_reason(instance: InstanceModel) -> str:
+    if instance.gpu_count:
+        return f"waiting for {instance.gpu_count} × {instance.gpu_model}"
+    return f"waiting for {instance.cpu:g} CPU and {instance.memory_gb} GB of memory"
+
+
+def _note_waiting(ctx: ServiceContext, instance: InstanceModel) -> None:
+    reason = waiting_reason(instance)
+    if instance.status_reason == reason:
+        return
+    with ctx.sessions.begin() as session:
+        row = session.get(InstanceModel, instance.id, with_for_update=True)
+        if row is not None and not row.placed and row.status in (S.PENDING, S.STARTING):
+            switch_instance_status(session, row, row.status, reason, ctx.clock())
+
+
+def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: Placement) -> bool:
+    now = ctx.clock()
+    try:
+        with ctx.sessions.begin() as session:
+            row = session.get(
+                InstanceModel, instance.id, with_for_update=True, populate_existing=True
+            )
+            if (
+                row is None
+                or row.placed
+                or row.desired_state != DesiredState.RUNNING
+                or row.status not in (S.PENDING, S.STARTING)
+            ):
+                return False
+            for gpu_id in placement.gpu_uuids:
+                session.add(GpuAllocationModel(gpu_id=gpu_id, instance_id=row.id, allocated_at=now))
+            row.placed, row.host_id = True, placement.host_id
+            session.flush()
+            new_status = S.CREATING if row.status == S.PENDING else S.STARTING
+            switch_instance_status(session, row, new_status, "placed; starting the container", now)
+    except IntegrityError:
+        log.info("placement of %s lost a race for a GPU; will retry", instance.id)
+        return False
+    ctx.wake_reconciler()
+    return True
+
+
+def _after(
+    snapshot: list[HostCapacity], placement: Placement, request: PlacementRequest
+) -> list[HostCapacity]:
+    taken = set(placement.gpu_uuids)
+    return [
+        replace(
+            host,
+            free_cpus=host.free_cpus - request.cpus,
+            free_memory_gb=host.free_memory_gb - request.memory_gb,
+            free_gpus=tuple(g for g in host.free_gpus if g.uuid not in taken),
+        )
+        if host.host_id == placement.host_id
+        else host
+        for host in snapshot
+    ]
+
+
+# -- health of running instances -----------------------------------------------------
+def check_running(ctx: ServiceContext) -> None:
+    """Restart containers that exited on their own; recreate vanished ones."""
+    # Rows first: a row that says running now had its container started before the listing.
+    with ctx.sessions() as session:
+        running = session.scalars(
+            select(InstanceModel).where(
+                InstanceModel.status == S.RUNNING,
+                InstanceModel.desired_state == DesiredState.RUNNING,
+                InstanceModel.lock_token.is_(None),
+            )
+        ).all()
+    try:
+        labels = containers.cluster_labels(ctx.cluster_id)
+        found = {c.name: c for c in ctx.runtime.list_containers(labels)}
+    except GpudockError as exc:
+        log.warning("health check skipped: %s", exc)
+        return
+    for instance in running:
+        container = found.get(containers.container_name(ctx.cluster_id, instance.id))
+        if container is None or not container.running:
+            _recover(ctx, instance.id, container is None)
+
+
+def _recover(ctx: ServiceContext, instance_id: str, vanished: bool) -> None:
+    reason = "container disappeared; recreating" if vanished else "container exited; restarting"
+    with ctx.sessions.begin() as session:
+        row = session.get(InstanceModel, instance_id, with_for_update=True)
+        if row is None or row.status != S.RUNNING or row.lock_token is not None:
+            return
+        switch_instance_status(session, row, S.CREATING, reason, ctx.clock())
+    ctx.wake_reconciler()
+
+
+# -- garbage: containers and volumes no live instance owns ----------------------------
+def collect_garbage(ctx: ServiceContext) -> int:
+    """Remove this cluster's containers and volumes whose instance is deleted
+    or unknown. Returns how many objects were removed."""
+    labels = containers.cluster_labels(ctx.cluster_id)
+    try:
+        found_containers = ctx.runtime.list_containers(labels)
+        found_volumes = ctx.runtime.list_volumes(labels)
+    except GpudockError as exc:
+        log.warning("garbage collection skipped: %s", exc)
+        return 0
+    with ctx.sessions() as session:
+        live = set(
+            session.scalars(select(InstanceModel.id).where(InstanceModel.status != S.DELETED))
+        )
+    removed = 0
+    for container in found_containers:
+        if container.labels.get("gpudock.instance") not in live:
+            log.info("removing orphan container %s", container.name)
+            ctx.runtime.remove_container(container.id)
+            removed += 1
+    for volume in found_volumes:
+        if volume.labels.get("gpudock.instance") not in live:
+            log.info("removing orphan volume %s", volume.name)
+            ctx.runtime.remove_volume(volume.name)
+            removed += 1
+    return removed

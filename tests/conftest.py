@@ -1,0 +1,109 @@
+"""Shared fixtures: real SQLite and PostgreSQL, the fake or the real runtime."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from gpudock.api.app import create_app
+from gpudock.runtime.base import Runtime
+from gpudock.runtime.fake import FakeRuntime
+from gpudock.services.platform import Platform, open_platform
+from gpudock.settings import Settings
+from tests.factories import Tenant, make_tenant
+
+POSTGRES_ENV = "GPUDOCK_TEST_POSTGRES_URL"
+FLEET = "1x4xA100-80GB,1x2xRTX4090-24GB"
+
+
+def postgres_admin_url() -> str:
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.fail(
+            f"{POSTGRES_ENV} is not set: the test command (scripts/test.sh) starts a local "
+            "PostgreSQL and sets it; run the suite through it"
+        )
+    return url
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    admin = postgres_admin_url()
+    name = "gpudock_test_" + uuid.uuid4().hex[:10]
+    plain = admin.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = admin.rpartition("/")
+    yield f"{base}/{name}"
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    if request.param == "sqlite":
+        return None  # the default: SQLite in the data dir
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+PlatformFactory = Callable[..., Platform]
+
+
+@pytest.fixture
+def platform_factory(tmp_path: Path) -> Iterator[PlatformFactory]:
+    opened: list[Platform] = []
+
+    def make(runtime: Runtime | None = None, **overrides: Any) -> Platform:
+        values: dict[str, Any] = {
+            "data_dir": tmp_path / f"data{len(opened)}",
+            "simulate": FLEET,
+            "runtime": "fake",
+            "image_pull": "never",
+            **overrides,
+        }
+        platform = open_platform(Settings(**values), runtime=runtime or FakeRuntime())
+        opened.append(platform)
+        return platform
+
+    yield make
+    for platform in opened:
+        platform.close()
+
+
+@pytest.fixture
+def platform(platform_factory: PlatformFactory, database_url: str | None) -> Platform:
+    """A platform on the fake runtime, over SQLite and over PostgreSQL."""
+    return platform_factory(database_url=database_url)
+
+
+@pytest.fixture
+def client(platform: Platform) -> TestClient:
+    # No `with`: the lifespan (and its background reconciler) stays off, so
+    # tests drive the reconciler one pass at a time.
+    return TestClient(create_app(platform, run_reconciler=False))
+
+
+@pytest.fixture
+def admin(platform: Platform) -> Tenant:
+    assert platform.admin_token_path is not None
+    token = platform.admin_token_path.read_text().strip()
+    return Tenant(name="admin", token=token, headers={"Authorization": f"Bearer {token}"})
+
+
+@pytest.fixture
+def alice(platform: Platform) -> Tenant:
+    return make_tenant(platform, "alice")
+
+
+@pytest.fixture
+def bob(platform: Platform) -> Tenant:
+    return make_tenant(platform, "bob")
