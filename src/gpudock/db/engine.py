@@ -8,12 +8,26 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import Session, sessionmaker
+
+from gpudock.errors import InvalidRequest
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 
 def make_engine(url: str) -> Engine:
+    try:
+        return _make_engine(url)
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise InvalidRequest(
+            f"bad database URL {url.split('@')[-1]!r}: {exc}; use e.g. "
+            "sqlite:////var/lib/gpudock/gpudock.db or postgresql+psycopg://user:pass@host/db",
+            field="database_url",
+        ) from exc
+
+
+def _make_engine(url: str) -> Engine:
     """Create an engine; SQLite gets WAL, a busy timeout and BEGIN IMMEDIATE.
 
     BEGIN IMMEDIATE makes every SQLite transaction take the write lock up

@@ -164,7 +164,6 @@ class DockerRuntime:
             "nano_cpus": int(min(spec.cpus, self._cpus()) * 1e9),
             "volumes": {spec.volume_name: {"bind": spec.volume_mount, "mode": "rw"}},
             "stop_signal": "SIGTERM",
-            "stop_timeout": spec.stop_timeout_s,
         }
         if spec.real_gpus and spec.gpu_uuids:
             kwargs["device_requests"] = [

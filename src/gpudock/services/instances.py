@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -41,6 +43,7 @@ TERMINAL = frozenset({S.DELETED})
 _NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 RESERVED_ENV_PREFIXES = ("NVIDIA_", "GPUDOCK_")
 RESERVED_ENV_NAMES = frozenset({"LD_PRELOAD", "LD_AUDIT"})
+RESTART_WAIT_S = 5.0
 
 
 class InvalidTransition(Conflict):
@@ -154,8 +157,6 @@ def _check_env(env: dict[str, str]) -> None:
 
 
 def _encode_env(env: dict[str, str]) -> str:
-    import json
-
     return json.dumps(env, sort_keys=True)
 
 
@@ -320,19 +321,28 @@ def delete_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceM
 
 
 def restart_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
-    """Stop the container and start it again on the same GPUs."""
-    now = ctx.clock()
-    with ctx.sessions.begin() as session:
-        instance = _load(session, user, ref, lock=True)
-        if instance.status != S.RUNNING or instance.desired_state != DesiredState.RUNNING:
-            raise Conflict(
-                f"instance {instance.id} is {instance.status}; only a running instance can "
-                "restart (use start for a stopped one)"
-            )
-        if _is_leased(instance, now):
+    """Stop the container and start it again on the same GPUs.
+
+    A reconciler may hold the row for a few milliseconds after it reports
+    running; wait that out (bounded) rather than fail the user's request.
+    """
+    deadline = time.monotonic() + RESTART_WAIT_S
+    while True:
+        now = ctx.clock()
+        with ctx.sessions.begin() as session:
+            instance = _load(session, user, ref, lock=True)
+            if instance.status != S.RUNNING or instance.desired_state != DesiredState.RUNNING:
+                raise Conflict(
+                    f"instance {instance.id} is {instance.status}; only a running instance "
+                    "can restart (use start for a stopped one)"
+                )
+            if not _is_leased(instance, now):
+                # Desired state stays 'running': the reconciler stops the
+                # container, keeps the GPUs (placed stays true) and starts it.
+                switch_instance_status(session, instance, S.STOPPING, "restart requested", now)
+                break
+        if time.monotonic() > deadline:
             raise Conflict(f"instance {instance.id} is busy; try again in a moment")
-        # Desired state stays 'running': the reconciler stops the container,
-        # keeps the GPUs (placed stays true) and starts it again.
-        switch_instance_status(session, instance, S.STOPPING, "restart requested", now)
+        time.sleep(0.05)
     ctx.wake_reconciler()
     return instance

@@ -1,0 +1,1 @@
+"""gpudock.billing (placeholder until its issue lands)."""

@@ -1,0 +1,1 @@
+"""The `gpudock` command line: talks to the server over its REST API only."""

@@ -1,0 +1,153 @@
+"""The one HTTP client of the CLI, and the one error class every command raises.
+
+    CliError                  printed in red on stderr, then exit `exit_code`
+      (exit 1)                the server or the runtime said no, or cannot be reached
+      (exit 2)                the command line or the local configuration is wrong
+
+httpx exceptions and HTTP error responses become CliError here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from gpudock import __version__
+from gpudock.cli.config import Config, ConfigError, load_config
+
+API_PREFIX = "/api/v1"
+TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+LOGIN_HINT = (
+    "log in with `gpudock login URL --token T`, or set GPUDOCK_TOKEN "
+    "(the first admin's token is in the server's data dir, admin.token)"
+)
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    def __init__(self, message: str, *, exit_code: int = EXIT_ERROR, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+        self.hint = hint
+
+
+class NotFoundError(CliError):
+    """The server answered 404 (waiting for a deletion treats this as done)."""
+
+
+class ApiClient:
+    """Sync JSON calls to `{url}/api/v1`; every failure raises CliError."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        timeout: httpx.Timeout = TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url
+        headers = {"User-Agent": f"gpudock-cli/{__version__}", "Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(
+            base_url=url + API_PREFIX, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self.request("POST", path, body)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from exc
+        if response.is_error:
+            raise _http_error(response)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise CliError(
+                f"the server at {self.url} answered {method} {path} with something other "
+                "than JSON: is that URL a gpudock server?"
+            ) from exc
+
+    def _transport_error(self, exc: httpx.HTTPError) -> CliError:
+        if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+            return CliError(f"bad server URL {self.url!r}: {exc}", exit_code=EXIT_USAGE)
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return CliError(
+                f"cannot reach the gpudock server at {self.url}: is `gpudock server` running?",
+                hint="start it with `gpudock server`, or point GPUDOCK_URL (or `gpudock login`) "
+                "at the right address",
+            )
+        if isinstance(exc, httpx.TimeoutException):
+            kind = exc.__class__.__name__
+            return CliError(f"the gpudock server at {self.url} did not answer in time ({kind})")
+        return CliError(f"lost the connection to the gpudock server at {self.url}: {exc}")
+
+
+def _http_error(response: httpx.Response) -> CliError:
+    message = _error_message(response)
+    status = response.status_code
+    if status == 401:
+        return CliError(message, hint=LOGIN_HINT)
+    if status == 404:
+        return NotFoundError(message)
+    if status == 403:
+        return CliError(message, hint="ask an admin, or use an admin token")
+    if status >= 500:
+        return CliError(message, hint="the server's log says more")
+    return CliError(message)
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The server's `{"error": {"message"}}`, or the status line for anything else."""
+    try:
+        error = response.json().get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+    except (ValueError, AttributeError):
+        pass
+    text = response.text.strip()[:200]
+    reason = f"HTTP {response.status_code} {response.reason_phrase}"
+    return f"the server answered {reason}" + (f": {text}" if text else "")
+
+
+def resolve_config() -> Config:
+    try:
+        return load_config()
+    except ConfigError as exc:
+        raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
+
+
+def connect(*, require_token: bool = True) -> ApiClient:
+    """A client for the configured server; without a token, fail before any request."""
+    config = resolve_config()
+    if require_token and not config.token:
+        raise CliError(f"no API token for {config.url}", hint=LOGIN_HINT)
+    return ApiClient(config.url, config.token)

@@ -1,0 +1,239 @@
+"""`gpudock instances ...`: create, list, show, start, stop, restart, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from gpudock.cli import output
+from gpudock.cli.client import ApiClient, connect
+from gpudock.cli.commands.waiting import DEFAULT_TIMEOUT_S, Waiter
+
+app = typer.Typer(help="GPU instances (containers with GPUs).", no_args_is_help=True)
+
+SHOWN_EVENTS = 10
+DONE = {"start": "Started", "stop": "Stopped", "restart": "Restarted", "delete": "Deleted"}
+REQUESTED = {"start": "Starting", "stop": "Stopping", "restart": "Restarting", "delete": "Deleting"}
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+WaitFlag = Annotated[bool, typer.Option("--wait", help="Wait until it is done.")]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", min=0, metavar="S", help="How long --wait waits, seconds.")
+]
+RefArg = Annotated[str, typer.Argument(metavar="ID", help="Instance id or name.")]
+
+
+def _path(ref: str, action: str = "") -> str:
+    """The instance's URL path; the reference is quoted so it stays one path segment."""
+    return f"/instances/{quote(ref, safe='')}" + (f"/{action}" if action else "")
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    """`K=V` strings as a dict; a malformed or repeated one is a usage error."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="'--env'")
+        if key in env:
+            raise typer.BadParameter(f"{key} is given twice", param_hint="'--env'")
+        env[key] = value
+    return env
+
+
+@app.command("create")
+def create(
+    gpu: Annotated[
+        str | None, typer.Option(metavar="MODEL", help="GPU model, e.g. A100-80GB.")
+    ] = None,
+    count: Annotated[int, typer.Option(min=0, help="GPUs; 0 = no-GPU mode.")] = 1,
+    image: Annotated[str | None, typer.Option(metavar="REF", help="Container image.")] = None,
+    name: Annotated[str | None, typer.Option(help="Name; default: the id.")] = None,
+    cpu: Annotated[float | None, typer.Option(help="CPUs; default: a share per GPU.")] = None,
+    memory: Annotated[int | None, typer.Option(metavar="GB", help="Memory in GB.")] = None,
+    disk: Annotated[int | None, typer.Option(metavar="GB", help="Disk in GB.")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", metavar="K=V", help="Repeatable.")
+    ] = None,
+    wait: WaitFlag = False,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    json_output: JsonFlag = False,
+) -> None:
+    """Create an instance; the server places it and starts it."""
+    if count > 0 and not gpu:
+        raise typer.BadParameter("required unless --count 0 (no-GPU mode)", param_hint="'--gpu'")
+    body: dict[str, Any] = {"gpu_model": gpu, "gpu_count": count, "env": parse_env(env or [])}
+    optional = {"name": name, "image": image, "cpu": cpu, "memory_gb": memory, "disk_gb": disk}
+    body.update({k: v for k, v in optional.items() if v is not None})
+    with connect() as client:
+        instance = client.post("/instances", body)
+        if wait:
+            instance = Waiter(client, timeout, quiet=json_output).wait(instance, "running")
+    if json_output:
+        output.print_json(instance)
+        return
+    _report("Created", instance)
+    if not wait:
+        output.print_message(f"`gpudock instances show {instance['name']}` follows it.", "dim")
+
+
+@app.command("list")
+def list_instances(json_output: JsonFlag = False) -> None:
+    """List instances (an admin sees everyone's)."""
+    with connect() as client:
+        instances = client.get("/instances")
+    if json_output:
+        output.print_json(instances)
+        return
+    if not instances:
+        output.print_message("No instances; `gpudock instances create --gpu MODEL` makes one.")
+        return
+    grid = output.table("ID", "NAME", "STATUS", "GPUS", "HOST", "IMAGE", "CREATED")
+    output.add_rows(grid, (_row(i) for i in instances))
+    output.show(grid)
+
+
+def _row(i: dict[str, Any]) -> list[str | Text]:
+    return [
+        i["id"],
+        i["name"],
+        output.status_text(i["status"]),
+        output.gpus(i["gpu_model"], i["gpu_count"]),
+        output.text(i["host"]),
+        i["image"],
+        output.when(i["created_at"]),
+    ]
+
+
+@app.command("show")
+def show(ref: RefArg, json_output: JsonFlag = False) -> None:
+    """An instance's settings, GPUs, host, status and latest events."""
+    with connect() as client:
+        instance = client.get(_path(ref))
+        if json_output:
+            output.print_json(instance)
+            return
+        events = client.get(_path(instance["id"], "events"))
+    output.show(_details(instance))
+    if events:
+        output.show(_events(events[-SHOWN_EVENTS:], len(events)))
+
+
+def _details(i: dict[str, Any]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    status = output.status_text(i["status"]).append(f"  {i['status_reason']}", style="")
+    rows: list[tuple[str, str | Text]] = [
+        ("ID", i["id"]),
+        ("Name", i["name"]),
+        ("Status", status),
+        ("Desired", i["desired_state"]),
+        ("GPUs", "\n".join([output.gpus(i["gpu_model"], i["gpu_count"]), *i["gpus"]])),
+        ("Host", output.text(i["host"])),
+        ("Image", i["image"]),
+        ("Size", f"{i['cpu']:g} CPUs · {i['memory_gb']} GB memory · {i['disk_gb']} GB disk"),
+        ("Container", output.text(i["container_id"])),
+        ("Owner", i["user_id"]),
+        ("Created", output.when(i["created_at"])),
+        ("Updated", output.when(i["updated_at"])),
+    ]
+    for label, value in rows:
+        grid.add_row(label, value)
+    return grid
+
+
+def _events(events: list[dict[str, Any]], total: int) -> Table:
+    title = f"Last {len(events)} of {total} events" if total > len(events) else "Events"
+    grid = output.table("TIME", "CHANGE", "MESSAGE", title=title)
+    for event in events:
+        before = event["from_status"]
+        change = Text(f"{before} → " if before else "")
+        change.append_text(output.status_text(event["to_status"]))
+        grid.add_row(output.when(event["at"]), change, event["message"])
+    return grid
+
+
+def _act(ref: str, verb: str, target: str, *, wait: bool, timeout: float, json: bool) -> None:
+    """POST (or DELETE) the action, optionally wait for `target`, report."""
+    with connect() as client:
+        instance = _request(client, ref, verb)
+        if wait:
+            instance = Waiter(client, timeout, quiet=json).wait(instance, target)
+    if json:
+        output.print_json(instance)
+        return
+    _report((DONE if wait else REQUESTED)[verb], instance)
+
+
+def _request(client: ApiClient, ref: str, verb: str) -> dict[str, Any]:
+    if verb == "delete":
+        result: dict[str, Any] = client.delete(_path(ref))
+    else:
+        result = client.post(_path(ref, verb))
+    return result
+
+
+def _report(what: str, i: dict[str, Any]) -> None:
+    line = Text(f"{what} {i['name']} ({i['id']}, {output.gpus(i['gpu_model'], i['gpu_count'])}): ")
+    line.append_text(output.status_text(i["status"]))
+    if i["status_reason"]:
+        line.append(f" — {i['status_reason']}")
+    output.stdout().print(line)
+
+
+@app.command("start")
+def start(
+    ref: RefArg,
+    wait: WaitFlag = False,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    json_output: JsonFlag = False,
+) -> None:
+    """Start a stopped (or failed) instance, on any host with room."""
+    _act(ref, "start", "running", wait=wait, timeout=timeout, json=json_output)
+
+
+@app.command("stop")
+def stop(
+    ref: RefArg,
+    wait: WaitFlag = False,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    json_output: JsonFlag = False,
+) -> None:
+    """Stop an instance: its GPUs are released, its data is kept."""
+    _act(ref, "stop", "stopped", wait=wait, timeout=timeout, json=json_output)
+
+
+@app.command("restart")
+def restart(
+    ref: RefArg,
+    wait: WaitFlag = False,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    json_output: JsonFlag = False,
+) -> None:
+    """Restart a running instance's container on the same GPUs."""
+    _act(ref, "restart", "running", wait=wait, timeout=timeout, json=json_output)
+
+
+@app.command("delete")
+def delete(
+    ref: RefArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    wait: WaitFlag = False,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    json_output: JsonFlag = False,
+) -> None:
+    """Delete an instance with its container and data volume."""
+    if not yes:
+        with connect() as client:
+            instance = client.get(_path(ref))
+        typer.confirm(
+            f"Delete {instance['name']} ({instance['id']}) and its data volume?",
+            abort=True,
+            err=True,
+        )
+        ref = instance["id"]
+    _act(ref, "delete", "deleted", wait=wait, timeout=timeout, json=json_output)

@@ -1,0 +1,91 @@
+"""`gpudock server`: the one command that runs the platform in this process.
+
+It is the composition root's caller, so it alone imports the API app and the platform.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from gpudock.cli import output
+from gpudock.cli.client import EXIT_ERROR, EXIT_USAGE, CliError
+from gpudock.errors import GpudockError, RuntimeFailure
+from gpudock.settings import Settings
+
+FLAGS = frozenset({"data_dir", "host", "port", "simulate", "database_url", "docker_host"})
+
+
+def serve(
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Database, admin token and keys. [env: GPUDOCK_DATA_DIR]"),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on. [default: 127.0.0.1]")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on. [default: 8080]")] = None,
+    simulate: Annotated[
+        str | None,
+        typer.Option(
+            metavar="SPEC",
+            help="Simulated fleet instead of NVML, e.g. '2x8xA100-80GB,1x4xRTX4090-24GB'.",
+        ),
+    ] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL; default: SQLite in the data dir.")
+    ] = None,
+    docker_host: Annotated[
+        str | None, typer.Option(help="Docker Engine URL; default: the local socket.")
+    ] = None,
+) -> None:
+    """Run the gpudock API server and its reconciler (GPUDOCK_* variables configure it)."""
+    import uvicorn
+
+    from gpudock.api.app import create_app
+    from gpudock.services.platform import open_platform
+
+    flags = {
+        "data_dir": data_dir,
+        "host": host,
+        "port": port,
+        "simulate": simulate,
+        "database_url": database_url,
+        "docker_host": docker_host,
+    }
+    settings = _settings({k: v for k, v in flags.items() if v is not None})
+    try:
+        platform = open_platform(settings)
+    except GpudockError as exc:
+        code = EXIT_ERROR if isinstance(exc, RuntimeFailure) else EXIT_USAGE
+        raise CliError(f"cannot start the server: {exc.message}", exit_code=code) from exc
+    try:
+        if platform.admin_token_path is not None:
+            output.print_note(
+                f"Created the first admin; its API token is in {platform.admin_token_path}"
+            )
+        app = create_app(platform)
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    finally:
+        platform.close()
+
+
+def _settings(overrides: dict[str, Any]) -> Settings:
+    """Settings from GPUDOCK_* variables, with the flags the user gave on top."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors())
+        raise CliError(f"bad settings: {problems}", exit_code=EXIT_USAGE) from exc
+
+
+def _describe(error: ErrorDetails) -> str:
+    name = ".".join(str(part) for part in error["loc"]) or "settings"
+    where = f"GPUDOCK_{name.upper()}"
+    if name in FLAGS:
+        where = f"--{name.replace('_', '-')} or {where}"
+    return f"{name} ({where}): {error['msg']}"

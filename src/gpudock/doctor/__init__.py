@@ -1,0 +1,1 @@
+"""gpudock.doctor (placeholder until its issue lands)."""

@@ -1,0 +1,1 @@
+"""gpudock.sshgw (placeholder until its issue lands)."""

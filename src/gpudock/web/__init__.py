@@ -1,0 +1,1 @@
+"""gpudock.web (placeholder until its issue lands)."""
