@@ -1,0 +1,124 @@
+"""A real `gpudock server` in a child process, for crash and concurrency tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpudock.db.engine import make_engine, make_sessionmaker
+from gpudock.db.models import MetaModel
+
+GPUDOCK = str(Path(sys.executable).parent / "gpudock")
+API = "/api/v1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServerProcess:
+    data_dir: Path
+    simulate: str
+    database_url: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    port: int = 0
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / f"server-{self.starts}.log"
+
+    def start(self, **extra_env: str) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        self.port = free_port()
+        env = {
+            **os.environ,
+            "GPUDOCK_IMAGE_PULL": "never",
+            "GPUDOCK_RECONCILE_INTERVAL_S": "0.5",
+            "GPUDOCK_HEALTH_CHECK_INTERVAL_S": "1",
+            **self.env,
+            **extra_env,
+        }
+        if self.database_url:
+            env["GPUDOCK_DATABASE_URL"] = self.database_url
+        command = [GPUDOCK, "server", "--data-dir", str(self.data_dir), "--port", str(self.port)]
+        command += ["--simulate", self.simulate]
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self._wait_healthy()
+
+    def _wait_healthy(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited early:\n{self.log_path.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"server not healthy in {timeout_s}s:\n{self.log_path.read_text()}")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def wait_for_death(self, timeout_s: float = 60.0) -> int:
+        """Wait for the server to kill itself at a crash point; return its exit code."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise AssertionError(f"server did not crash:\n{self.log_path.read_text()}") from exc
+
+    def admin_token(self) -> str:
+        return (self.data_dir / "admin.token").read_text().strip()
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token or self.admin_token()}"}
+        return httpx.Client(base_url=self.url + API, headers=headers, timeout=30)
+
+    def database(self) -> tuple[Engine, sessionmaker[Session], str]:
+        url = self.database_url or f"sqlite:///{self.data_dir / 'gpudock.db'}"
+        engine = make_engine(url)
+        sessions = make_sessionmaker(engine)
+        with sessions() as session:
+            cluster = session.get(MetaModel, "cluster_id")
+            assert cluster is not None
+            return engine, sessions, cluster.value
+
+
+def wait_for(client: httpx.Client, instance_id: str, status: str, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        response = client.get(f"/instances/{instance_id}")
+        last = response.json()
+        if response.status_code == 200 and last["status"] == status:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"{instance_id} never became {status}; last seen {last}")
