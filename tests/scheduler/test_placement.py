@@ -456,8 +456,18 @@ class Fleet:
     models: tuple[str, ...]
 
     @property
-    def host_ids(self) -> list[str]:
-        return [h.host_id for h in self.hosts]
+    def host_ids(self) -> tuple[str, ...]:
+        return tuple(h.host_id for h in self.hosts)
+
+
+def digits(value: int, base: int, n: int) -> list[int]:
+    """`value` as `n` digits in `base`, least significant first (one integer draw
+    shrinks to all zeros, and is much cheaper than `n` draws)."""
+    out = []
+    for _ in range(n):
+        value, digit = divmod(value, base)
+        out.append(digit)
+    return out
 
 
 @st.composite
@@ -468,13 +478,16 @@ def fleets(draw: st.DrawFn, *, nvlink: bool = True) -> Fleet:
     for h in range(draw(st.integers(1, 6))):
         host_id = f"host-{h}"
         n = draw(st.integers(1, 8))
-        host_models = draw(st.lists(st.sampled_from(models), min_size=1, unique=True))
-        numa_layout = draw(st.sampled_from(["unknown", "halves", "random"]))
+        host_models = [m for m in models if m in draw(st.sets(st.sampled_from(models), min_size=1))]
+        gpu_models = digits(draw(st.integers(0, len(host_models) ** n - 1)), len(host_models), n)
+        numa_layout = draw(st.sampled_from(("unknown", "halves", "random")))
+        random_numa = digits(draw(st.integers(0, 2**n - 1)), 2, n)
         peers: dict[int, set[int]] = {i: set() for i in range(n)}
-        if nvlink:
-            links = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))))
-            for a, b in links:
-                if a != b:
+        all_pairs = list(itertools.combinations(range(n), 2))
+        if nvlink and all_pairs:
+            linked = digits(draw(st.integers(0, 2 ** len(all_pairs) - 1)), 2, len(all_pairs))
+            for (a, b), bit in zip(all_pairs, linked, strict=True):
+                if bit:
                     peers[a].add(b)
                     peers[b].add(a)
         slots: list[GpuSlot] = []
@@ -483,17 +496,15 @@ def fleets(draw: st.DrawFn, *, nvlink: bool = True) -> Fleet:
             if numa_layout == "halves":
                 numa = 0 if i < (n + 1) // 2 else 1
             elif numa_layout == "random":
-                numa = draw(st.integers(0, 1))
-            slots.append(
-                gpu(host_id, i, draw(st.sampled_from(host_models)), numa=numa, peers=peers[i])
-            )
-        taken = draw(st.sets(st.integers(0, n - 1)))
+                numa = random_numa[i]
+            slots.append(gpu(host_id, i, host_models[gpu_models[i]], numa=numa, peers=peers[i]))
+        taken_bits = digits(draw(st.integers(0, 2**n - 1)), 2, n)
         installed[host_id] = tuple(slots)
         hosts.append(
             host(
                 host_id,
                 slots,
-                taken=taken,
+                taken=[i for i, bit in enumerate(taken_bits) if bit],
                 cpus=draw(st.integers(0, 128)) / 2,
                 memory_gb=float(draw(st.integers(0, 64)) * 8),
             )
@@ -509,17 +520,17 @@ def requests(draw: st.DrawFn, fleet: Fleet, *, preferences: bool = True) -> Plac
         model = draw(st.sampled_from(fleet.models))
     else:
         model = draw(st.one_of(st.none(), st.sampled_from(fleet.models)))
-    host_ids = [*fleet.host_ids, "host-unknown"]
+    host_ids = (*fleet.host_ids, "host-unknown")
     preferred: frozenset[str] = frozenset()
     preferred_host: str | None = None
     required_host: str | None = None
     if preferences:
         if k > 0 and draw(st.booleans()):
             # The GPUs the instance held before: k GPUs of one host, free now or not.
-            home = fleet.installed[draw(st.sampled_from(fleet.host_ids))]
+            home = fleet.installed[draw(st.sampled_from(host_ids[:-1]))]
             if len(home) >= k:
-                chosen = draw(st.lists(st.sampled_from(home), min_size=k, max_size=k, unique=True))
-                preferred = frozenset(g.uuid for g in chosen)
+                order = draw(st.permutations(range(len(home))))
+                preferred = frozenset(home[i].uuid for i in order[:k])
         preferred_host = draw(st.one_of(st.none(), st.sampled_from(host_ids)))
         required_host = draw(st.one_of(st.none(), st.none(), st.sampled_from(host_ids)))
     return PlacementRequest(

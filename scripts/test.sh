@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: installs and starts what it needs, then lint, types,
+# layers and every test (real Docker, SQLite and PostgreSQL). Run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --tests
+GPUDOCK_TEST_POSTGRES_URL=$(scripts/postgres.sh)
+export GPUDOCK_TEST_POSTGRES_URL
+
+echo "==> lint, format, types, layers"
+.venv/bin/ruff check src tests bench
+.venv/bin/ruff format --check src tests bench
+.venv/bin/mypy
+.venv/bin/lint-imports
+
+echo "==> tests"
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
