@@ -71,4 +71,4 @@ def alembic_config(engine: Engine) -> Config:
 
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest revision (idempotent)."""
-    command.upgrade(alembic_config(engine), "head")
+    command.upgrade(alembic_config(engine), "heads")

@@ -42,6 +42,7 @@ class PlacementRequest:
     preferred_gpus: frozenset[str] = field(default_factory=frozenset)
     preferred_host: str | None = None
     required_host: str | None = None
+    allowed_hosts: frozenset[str] | None = None  # None: any; e.g. where the image can run
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ def place(hosts: Sequence[HostCapacity], request: PlacementRequest) -> Placement
     candidates = [h for h in hosts if _fits(h, request)]
     if request.required_host is not None:
         candidates = [h for h in candidates if h.host_id == request.required_host]
+    if request.allowed_hosts is not None:
+        candidates = [h for h in candidates if h.host_id in request.allowed_hosts]
     if not candidates:
         return None
     sticky = _sticky_placement(candidates, request)
@@ -87,7 +90,8 @@ def _sticky_placement(
         ):
             continue
         free = {g.uuid for g in _matching(host, request)}
-        if request.preferred_gpus and request.preferred_gpus <= free:
+        exact = len(request.preferred_gpus) == request.gpu_count
+        if request.preferred_gpus and exact and request.preferred_gpus <= free:
             return Placement(host.host_id, tuple(sorted(request.preferred_gpus)))
         if request.gpu_count == 0 and host.host_id == request.preferred_host:
             return Placement(host.host_id, ())
@@ -107,24 +111,34 @@ def _choose_gpus(free: list[GpuSlot], count: int) -> tuple[str, ...]:
     if count == 0:
         return ()
     ordered = sorted(free, key=lambda g: g.index)
-    best = max(_windows(ordered, count), key=_affinity)
-    return tuple(g.uuid for g in best)
+    best = max(_candidate_groups(ordered, count), key=_affinity)
+    return tuple(g.uuid for g in sorted(best, key=lambda g: g.index))
 
 
-def _windows(ordered: list[GpuSlot], count: int) -> Iterable[list[GpuSlot]]:
-    """Candidate groups: per NUMA node first, then consecutive runs by index."""
-    by_numa: dict[int | None, list[GpuSlot]] = {}
-    for gpu in ordered:
-        by_numa.setdefault(gpu.numa_node, []).append(gpu)
-    for group in by_numa.values():
-        if len(group) >= count:
-            yield group[:count]
-    for start in range(len(ordered) - count + 1):
-        yield ordered[start : start + count]
+def _candidate_groups(ordered: list[GpuSlot], count: int) -> Iterable[list[GpuSlot]]:
+    """Greedy groups grown from every seed GPU: each step adds the free GPU with
+    the most NVLink links into the group, then one on the same NUMA node, then
+    the lowest index. O(n² k) for n ≤ 16 GPUs on a host: microseconds."""
+    for seed in ordered:
+        group = [seed]
+        rest = [g for g in ordered if g is not seed]
+        while len(group) < count:
+            members = {g.uuid for g in group}
+            pick = max(
+                rest,
+                key=lambda g: (
+                    len(g.nvlink_peers & members),
+                    g.numa_node == seed.numa_node,
+                    -g.index,
+                ),
+            )
+            group.append(pick)
+            rest.remove(pick)
+        yield group
 
 
 def _affinity(group: list[GpuSlot]) -> tuple[int, int, int]:
     uuids = {g.uuid for g in group}
     nvlink_pairs = sum(len(g.nvlink_peers & uuids) for g in group)
     same_numa = int(len({g.numa_node for g in group}) == 1)
-    return (nvlink_pairs, same_numa, -group[0].index)
+    return (nvlink_pairs, same_numa, -min(g.index for g in group))
