@@ -39,6 +39,7 @@ class ServerProcess:
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
     starts: int = 0
+    cluster_id: str = ""
 
     @property
     def url(self) -> str:
@@ -67,6 +68,9 @@ class ServerProcess:
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         self._wait_healthy()
+        if not self.cluster_id:
+            db_engine, _sessions, self.cluster_id = self.database()
+            db_engine.dispose()
 
     def _wait_healthy(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s

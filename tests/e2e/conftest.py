@@ -1,13 +1,16 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 
 from tests.docker_helpers import docker_client, remove_cluster_objects
 from tests.server_process import ServerProcess
+
+ServerFactory = Callable[..., ServerProcess]
 
 
 @pytest.fixture
@@ -16,17 +19,18 @@ def engine() -> docker.DockerClient:
 
 
 @pytest.fixture
-def server_factory(tmp_path: Path, engine: docker.DockerClient) -> Iterator[type[ServerProcess]]:
+def server_factory(engine: docker.DockerClient) -> Iterator[ServerFactory]:
+    """Servers made here are always killed, and their runtime objects removed."""
     made: list[ServerProcess] = []
 
-    class Tracked(ServerProcess):
-        def __post_init__(self) -> None:
-            made.append(self)
+    def make(data_dir: Path, simulate: str, **kwargs: Any) -> ServerProcess:
+        server = ServerProcess(data_dir, simulate, **kwargs)
+        made.append(server)
+        return server
 
-    yield Tracked
+    yield make
     for server in made:
         server.kill()
-        if (server.data_dir / "gpudock.db").exists() or server.database_url:
-            engine_, _sessions, cluster = server.database()
-            engine_.dispose()
-            remove_cluster_objects(engine, cluster)
+    for server in made:
+        if server.cluster_id:
+            remove_cluster_objects(engine, server.cluster_id)

@@ -13,13 +13,13 @@ from sqlalchemy import select
 
 from gpudock.db.models import GpuAllocationModel
 from tests.docker_helpers import assert_converged_on
+from tests.e2e.conftest import ServerFactory
 from tests.e2e.test_crash_safety import _wait_settled
-from tests.server_process import ServerProcess
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgres"])
 def test_fifty_parallel_creates_for_sixteen_gpus(
-    server_factory: type[ServerProcess],
+    server_factory: ServerFactory,
     tmp_path: Path,
     engine: docker.DockerClient,
     database: str,

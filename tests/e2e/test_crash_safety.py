@@ -18,6 +18,7 @@ import pytest
 
 from gpudock.services import containers
 from tests.docker_helpers import assert_converged_on
+from tests.e2e.conftest import ServerFactory
 from tests.server_process import ServerProcess, wait_for
 
 FLEET = "1x4xA100-80GB"
@@ -38,7 +39,7 @@ def _exec(engine: docker.DockerClient, name: str, command: str) -> str:
 
 @pytest.mark.parametrize("point", CREATE_POINTS)
 def test_crash_during_create_converges_to_running(
-    server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient, point: str
+    server_factory: ServerFactory, tmp_path: Path, engine: docker.DockerClient, point: str
 ) -> None:
     server = server_factory(tmp_path / "data", FLEET)
     server.start(GPUDOCK_CRASH_POINTS=point)
@@ -58,7 +59,7 @@ def test_crash_during_create_converges_to_running(
 
 
 def test_crash_during_stop_keeps_the_data(
-    server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient
+    server_factory: ServerFactory, tmp_path: Path, engine: docker.DockerClient
 ) -> None:
     server = server_factory(tmp_path / "data", FLEET)
     server.start(GPUDOCK_CRASH_POINTS="after_stop")
@@ -83,7 +84,7 @@ def test_crash_during_stop_keeps_the_data(
 
 @pytest.mark.parametrize("point", ["after_container_remove", "after_volume_remove"])
 def test_crash_during_delete_leaves_nothing_behind(
-    server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient, point: str
+    server_factory: ServerFactory, tmp_path: Path, engine: docker.DockerClient, point: str
 ) -> None:
     server = server_factory(tmp_path / "data", FLEET)
     server.start(GPUDOCK_CRASH_POINTS=point)
@@ -103,7 +104,7 @@ def test_crash_during_delete_leaves_nothing_behind(
 
 
 def test_random_kills_under_load_converge(
-    server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient
+    server_factory: ServerFactory, tmp_path: Path, engine: docker.DockerClient
 ) -> None:
     """Lifecycle calls from two clients while the server is SIGKILLed at random moments."""
     rng = random.Random(20261129)

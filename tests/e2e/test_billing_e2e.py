@@ -1,0 +1,175 @@
+"""Billing against a real `gpudock server` and the real Docker Engine.
+
+The charge is the seconds Docker says the container ran (StartedAt →
+FinishedAt) times the rate, exactly; a SIGKILLed server neither misses nor
+doubles a second; an empty balance stops the instance and keeps its data.
+The charging period is 1 s here so that a few seconds of running show it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+
+from gpudock.billing.metering import elapsed_seconds
+from gpudock.billing.money import format_amount
+from gpudock.runtime.docker import parse_docker_time
+from gpudock.services import containers
+from tests.server_process import ServerProcess, wait_for
+
+FLEET = "1x4xA100-80GB"
+RATE_PER_GPU_S = 10_000  # 36 CNY per GPU-hour
+BILLING_ENV = {
+    "GPUDOCK_BILLING_CHARGE_PERIOD_S": "1",
+    "GPUDOCK_BILLING_TICK_S": "0.2",
+    "GPUDOCK_STOP_TIMEOUT_S": "1",
+}
+
+
+def _tenant(server: ServerProcess, topup: str) -> httpx.Client:
+    with server.client() as admin:
+        assert admin.put(
+            "/admin/prices", json={"gpu_model": "A100-80GB", "amount": "36"}
+        ).is_success
+        token = admin.post("/users", json={"name": "erin"}).json()["token"]
+        assert admin.post("/admin/topups", json={"user": "erin", "amount": topup}).is_success
+    return server.client(token)
+
+
+def _docker_seconds(engine: docker.DockerClient, cluster: str, instance_id: str) -> int:
+    state = engine.containers.get(containers.container_name(cluster, instance_id)).attrs["State"]
+    started, finished = (
+        parse_docker_time(state["StartedAt"]),
+        parse_docker_time(state["FinishedAt"]),
+    )
+    assert started is not None and finished is not None and finished > started
+    return elapsed_seconds(started, finished)
+
+
+def _ledger(user: httpx.Client, instance_id: str) -> list[dict[str, Any]]:
+    lines = user.get("/billing/ledger", params={"limit": 1000}).json()["lines"]
+    return [line for line in lines if line["instance_id"] == instance_id]
+
+
+def _assert_tiled(lines: list[dict[str, Any]], total: int) -> None:
+    """Charges cover [0, total) of the run with no gap and no overlap."""
+    pieces = sorted((line["from"], line["to"]) for line in lines if line["kind"] == "compute")
+    for (_a, end), (start, _b) in itertools.pairwise(pieces):
+        assert start == end, pieces
+    assert sum(line["seconds"] for line in lines if line["kind"] == "compute") == total
+
+
+def _usage(user: httpx.Client, instance_id: str) -> dict[str, Any]:
+    items = user.get("/billing/usage").json()["instances"]
+    return next(i for i in items if i["instance_id"] == instance_id)
+
+
+def _poll(check: Any, what: str, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_charge_is_docker_seconds_times_the_rate(
+    server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient
+) -> None:
+    server = server_factory(tmp_path / "data", FLEET, env=BILLING_ENV)
+    server.start()
+    user = _tenant(server, "100")
+    created = user.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 2}).json()
+    wait_for(user, created["id"], "running")
+    began = time.monotonic()
+    time.sleep(3)  # the measured run: about three seconds of two GPUs
+    user.post(f"/instances/{created['id']}/stop")
+    wait_for(user, created["id"], "stopped")
+    measured = time.monotonic() - began
+    _, _, cluster = server.database()
+    seconds = _docker_seconds(engine, cluster, created["id"])
+    assert abs(seconds - measured) <= 1
+    usage = _usage(user, created["id"])
+    assert (usage["seconds"], usage["gpu_seconds"]) == (seconds, 2 * seconds)
+    assert usage["amount"] == format_amount(seconds * 2 * RATE_PER_GPU_S)
+    _assert_tiled(_ledger(user, created["id"]), seconds)
+    balance = user.get("/billing/balance").json()
+    assert balance["balance_micro"] == 100_000_000 - seconds * 2 * RATE_PER_GPU_S
+
+
+def test_kill_9_while_running_misses_and_doubles_no_second(
+    server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient
+) -> None:
+    server = server_factory(tmp_path / "data", FLEET, env=BILLING_ENV)
+    server.start(GPUDOCK_CRASH_POINTS="after_charge")  # dies right after a charging commit
+    user = _tenant(server, "100")
+    token = user.headers["Authorization"].removeprefix("Bearer ")
+    ids = []
+    for _ in range(2):
+        try:
+            ids.append(user.post("/instances", json={"gpu_model": "A100-80GB"}).json()["id"])
+        except httpx.HTTPError:
+            break  # the server died charging the first one: that is the point
+    assert server.wait_for_death() == -9
+
+    server.start()
+    user = server.client(token)
+    ids = [i["id"] for i in user.get("/instances").json()]
+    if len(ids) < 2:
+        ids.append(user.post("/instances", json={"gpu_model": "A100-80GB"}).json()["id"])
+    for instance_id in ids:
+        wait_for(user, instance_id, "running")
+    _poll(lambda: all(_ledger(user, i) for i in ids), "first charges")
+    server.kill()  # a plain SIGKILL while both run and are being charged
+    time.sleep(1.5)  # the containers keep running while no server is up
+    server.start()
+    user = server.client(token)
+    _poll(lambda: all(_usage(user, i)["seconds"] >= 3 for i in ids), "catch-up charges")
+    for instance_id in ids:
+        user.post(f"/instances/{instance_id}/stop")
+    _, _, cluster = server.database()
+    for instance_id in ids:
+        wait_for(user, instance_id, "stopped")
+        seconds = _docker_seconds(engine, cluster, instance_id)
+        assert _usage(user, instance_id)["seconds"] == seconds
+        _assert_tiled(_ledger(user, instance_id), seconds)
+
+
+def test_an_empty_balance_stops_the_instance_and_keeps_its_data(
+    server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient
+) -> None:
+    server = server_factory(
+        tmp_path / "data", FLEET, env={**BILLING_ENV, "GPUDOCK_BILLING_MIN_BALANCE_SECONDS": "2"}
+    )
+    server.start()
+    user = _tenant(server, "0.04")  # four seconds of one A100
+    created = user.post("/instances", json={"gpu_model": "A100-80GB"}).json()
+    wait_for(user, created["id"], "running")
+    _, _, cluster = server.database()
+    name = containers.container_name(cluster, created["id"])
+    exit_code, out = engine.containers.get(name).exec_run(["sh", "-c", "echo kept > /root/data/f"])
+    assert exit_code == 0, out
+
+    stopped = wait_for(user, created["id"], "stopped", timeout_s=30)
+    assert stopped["status_reason"].startswith("billing: stopped")
+    assert stopped["gpus"] == [] and stopped["desired_state"] == "stopped"
+    engine.volumes.get(containers.volume_name(cluster, created["id"]))  # never deleted
+    balance = user.get("/billing/balance").json()
+    assert balance["balance_micro"] >= -2 * RATE_PER_GPU_S  # one period and the stop itself
+    refused = user.post(f"/instances/{created['id']}/start")
+    assert refused.status_code == 402, refused.text
+
+    with server.client() as admin:
+        admin.post("/admin/topups", json={"user": "erin", "amount": "10"})
+    assert user.post(f"/instances/{created['id']}/start").status_code == 200
+    wait_for(user, created["id"], "running")
+    exit_code, out = engine.containers.get(name).exec_run(["cat", "/root/data/f"])
+    assert (exit_code, out.decode().strip()) == (0, "kept")
+    user.delete(f"/instances/{created['id']}")
+    wait_for(user, created["id"], "deleted")
