@@ -59,7 +59,7 @@ RECONCILE_INTERVAL_S = "1.0"
 POLL_INTERVAL_S = 0.010
 RUNNING_DEADLINE_S = 60.0
 DELETED_DEADLINE_S = 60.0
-STARTUP_DEADLINE_S = 30.0
+STARTUP_DEADLINE_S = 60.0
 TARGET_P50_RATIO = 1.5
 TARGET_P99_S = 2.0
 SERIES = ("gpudock", "bare-cli", "bare-sdk")
@@ -67,7 +67,7 @@ PHASES = ("api", "placement", "container", "report")
 PHASE_HELP = {
     "api": "client t0 → 'pending' event (HTTP, auth, image check, insert)",
     "placement": "'pending' → 'creating' event (reconciler wake-up, placement)",
-    "container": "'creating' → Docker's StartedAt (volume, create, start)",
+    "container": "'creating' → Docker's StartedAt (volume, create, copy-in, start)",
     "report": "StartedAt → client saw 'running' (inspect, DB write, poll)",
 }
 BENCH_LABEL = "gpudock-bench"
@@ -132,6 +132,8 @@ def running_server(data_dir: Path, log_path: Path) -> Iterator[Server]:
         **os.environ,
         "GPUDOCK_IMAGE_PULL": "never",
         "GPUDOCK_RECONCILE_INTERVAL_S": RECONCILE_INTERVAL_S,
+        # The SSH gateway stays on (as shipped) but on any free port, not 2222.
+        "GPUDOCK_SSH_PORT": "0",
     }
     command = [
         str(GPUDOCK),
@@ -193,7 +195,8 @@ def parse_time(value: str) -> float:
 
 
 class Api:
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, poll_interval_s: float = POLL_INTERVAL_S) -> None:
+        self.poll_interval_s = poll_interval_s
         self._http = httpx.Client(
             base_url=url + "/api/v1",
             headers={"Authorization": f"Bearer {token}"},
@@ -210,7 +213,7 @@ class Api:
         return response.json()
 
     def wait_for(self, instance_id: str, wanted: str, deadline_s: float) -> dict[str, Any]:
-        """GET the instance every POLL_INTERVAL_S until it is `wanted`; fail loudly."""
+        """GET the instance every poll interval until it is `wanted`; fail loudly."""
         deadline = time.perf_counter() + deadline_s
         while True:
             instance: dict[str, Any] = self.call("GET", f"/instances/{instance_id}")
@@ -223,17 +226,17 @@ class Api:
                     f"instance {instance_id} not {wanted} within {deadline_s:g} s: "
                     f"{instance['status']} ({instance['status_reason']})"
                 )
-            time.sleep(POLL_INTERVAL_S)
+            time.sleep(self.poll_interval_s)
 
 
-def make_user(server: Server) -> Api:
+def make_user(server: Server, poll_interval_s: float) -> Api:
     admin_token = (server.data_dir / "admin.token").read_text().strip()
     admin = Api(server.url, admin_token)
     try:
         user = admin.call("POST", "/users", {"name": f"bench-{secrets.token_hex(3)}"})
     finally:
         admin.close()
-    return Api(server.url, user["token"])
+    return Api(server.url, user["token"], poll_interval_s)
 
 
 @dataclass
@@ -345,6 +348,9 @@ class Results:
     count: int
     warmup: int
     delete_each: bool
+    poll_interval_s: float
+    load_before: float = field(default_factory=lambda: os.getloadavg()[0])
+    load_after: float = math.nan
     seconds: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SERIES})
     phases: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
 
@@ -370,6 +376,7 @@ def run_rounds(
                     bare.remove(name)
             if recorded:
                 results.seconds[series].append(seconds)
+        results.load_after = os.getloadavg()[0]
         tag = "warm-up" if not recorded else f"{round_no - results.warmup + 1}/{results.count}"
         log(f"round {tag} done")
 
@@ -393,8 +400,9 @@ def report(results: Results) -> dict[str, Any]:
         "delete_each": results.delete_each,
         "image": IMAGE,
         "fleet": FLEET,
-        "poll_interval_s": POLL_INTERVAL_S,
+        "poll_interval_s": results.poll_interval_s,
         "reconcile_interval_s": float(RECONCILE_INTERVAL_S),
+        "loadavg_1m": {"before": results.load_before, "after": results.load_after},
         "seconds": stats,
         "ratios": ratios,
         "targets_met": targets,
@@ -410,6 +418,11 @@ def print_table(data: dict[str, Any]) -> None:
     print(
         f"start latency, create → running: {data['count']} per series "
         f"(+{data['warmup_rounds']} warm-up round), times in ms"
+    )
+    load = data["loadavg_1m"]
+    print(
+        f"poll every {data['poll_interval_s'] * 1000:g} ms; 1-minute load average "
+        f"{load['before']:.2f} before, {load['after']:.2f} after"
     )
     print(f"{'series':<10} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
     for name, stats in data["seconds"].items():
@@ -429,14 +442,19 @@ def benchmark(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str,
     client = docker.from_env()
     client.images.get(IMAGE)  # fails now, not mid-run, if the image is missing
     bare = Bare(client=client, image=IMAGE)
-    results = Results(count=args.count, warmup=args.warmup, delete_each=args.delete_each)
+    results = Results(
+        count=args.count,
+        warmup=args.warmup,
+        delete_each=args.delete_each,
+        poll_interval_s=args.poll_ms / 1000,
+    )
     created: list[str] = []
     tmp = tempfile.TemporaryDirectory(prefix="gpudock-bench-")
     log_path = Path(tmp.name) / "server.log"
     try:
         with running_server(Path(tmp.name) / "data", log_path) as server:
             log(f"server up at {server.url}")
-            api = make_user(server)
+            api = make_user(server, args.poll_ms / 1000)
             try:
                 run_rounds(api, bare, results, created, log)
                 alive = [] if args.delete_each else created
@@ -465,11 +483,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="delete each instance/container right after measuring it (default: keep all "
         "running until the end)",
     )
+    parser.add_argument(
+        "--poll-ms",
+        type=float,
+        default=POLL_INTERVAL_S * 1000,
+        help="GET interval while waiting for 'running' (default 10 ms)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep-log", metavar="PATH", help="copy the server's log here")
     args = parser.parse_args(argv)
-    if args.count < 1 or args.warmup < 0:
-        parser.error("--count must be ≥ 1 and --warmup ≥ 0")
+    if args.count < 1 or args.warmup < 0 or args.poll_ms <= 0:
+        parser.error("--count must be ≥ 1, --warmup ≥ 0 and --poll-ms > 0")
     if not args.delete_each and args.count + args.warmup > FLEET_GPUS:
         parser.error(
             f"{args.count + args.warmup} instances do not fit on {FLEET_GPUS} GPUs "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +24,11 @@ H100 = "H100-80GB"
 L40S = "L40S-48GB"
 MODELS = (A100, H100, L40S)
 
+T = TypeVar("T")
+
 PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
+# Narrower checks (input order, topology) need fewer examples; keeps the file fast.
+NARROW_SETTINGS = settings(max_examples=100, deadline=None)
 
 
 # -- builders ------------------------------------------------------------------------
@@ -81,6 +86,7 @@ def request(
     preferred_gpus: Iterable[str] = (),
     preferred_host: str | None = None,
     required_host: str | None = None,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> PlacementRequest:
     return PlacementRequest(
         gpu_model=gpu_model,
@@ -90,6 +96,7 @@ def request(
         preferred_gpus=frozenset(preferred_gpus),
         preferred_host=preferred_host,
         required_host=required_host,
+        allowed_hosts=None if allowed_hosts is None else frozenset(allowed_hosts),
     )
 
 
@@ -104,15 +111,30 @@ def numa_split_host(host_id: str, *, taken: Iterable[int] = ()) -> HostCapacity:
 
 
 def nvlink_host(
-    host_id: str, n: int, pairs: Iterable[tuple[int, int]], *, taken: Iterable[int] = ()
+    host_id: str,
+    n: int,
+    pairs: Iterable[tuple[int, int]],
+    *,
+    taken: Iterable[int] = (),
+    numa_split: int | None = None,
 ) -> HostCapacity:
-    """`n` GPUs on one NUMA node; NVLink only between the given (symmetric) pairs."""
+    """`n` GPUs, NVLink only between the given (symmetric) pairs; one NUMA node,
+    or indices below `numa_split` on node 0 and the rest on node 1."""
     peers: dict[int, set[int]] = {i: set() for i in range(n)}
     for a, b in pairs:
         peers[a].add(b)
         peers[b].add(a)
-    slots = [gpu(host_id, i, numa=0, peers=peers[i]) for i in range(n)]
+    split = n if numa_split is None else numa_split
+    slots = [gpu(host_id, i, numa=0 if i < split else 1, peers=peers[i]) for i in range(n)]
     return host(host_id, slots, taken=taken)
+
+
+# DGX-1 "hybrid cube-mesh": two fully linked quads (one per NUMA node) plus i <-> i + 4.
+DGX1_LINKS = [
+    *itertools.combinations(range(4), 2),
+    *itertools.combinations(range(4, 8), 2),
+    *((i, i + 4) for i in range(4)),
+]
 
 
 def placed(hosts: Sequence[HostCapacity], req: PlacementRequest) -> Placement:
@@ -257,6 +279,27 @@ def test_required_host_in_no_gpu_mode() -> None:
     assert placed(hosts, request(0, None, required_host="b")) == Placement("b", ())
 
 
+def test_allowed_hosts_exclude_a_better_fit() -> None:
+    hosts = [host("tight", 2), host("loose", 8), host("looser", 8, cpus=128.0)]
+    assert placed(hosts, request(2)).host_id == "tight"
+    assert placed(hosts, request(2, allowed_hosts={"loose", "looser"})).host_id == "loose"
+    assert placed(hosts, request(0, None, allowed_hosts={"looser"})).host_id == "looser"
+
+
+def test_allowed_hosts_that_cannot_fit_give_none() -> None:
+    hosts = [host("small", 2), host("big", 8)]
+    assert place(hosts, request(4, allowed_hosts={"small"})) is None
+    assert place(hosts, request(1, allowed_hosts=set())) is None
+    assert place(hosts, request(0, None, allowed_hosts=set())) is None
+    assert place(hosts, request(1, allowed_hosts={"elsewhere"})) is None
+
+
+def test_allowed_hosts_and_required_host_must_agree() -> None:
+    hosts = [host("a", 8), host("b", 8)]
+    assert place(hosts, request(1, required_host="a", allowed_hosts={"b"})) is None
+    assert placed(hosts, request(1, required_host="b", allowed_hosts={"a", "b"})).host_id == "b"
+
+
 def test_empty_fleet_gives_none() -> None:
     assert place([], request(1)) is None
     assert place([], request(0, None)) is None
@@ -294,6 +337,18 @@ def test_preferred_gpus_give_way_to_required_host() -> None:
     hosts = [host("old", 8), host("new", 8)]
     req = request(2, preferred_gpus=uuids("old", 0, 1), required_host="new")
     assert placed(hosts, req).host_id == "new"
+
+
+def test_preferred_gpus_on_a_host_not_allowed_are_not_kept() -> None:
+    hosts = [host("old", 8), host("new", 8)]
+    req = request(2, preferred_gpus=uuids("old", 0, 1), allowed_hosts={"new"})
+    assert placed(hosts, req).host_id == "new"
+
+
+def test_preferred_host_not_allowed_is_left_in_no_gpu_mode() -> None:
+    hosts = [host("home", 8), host("other", 8)]
+    req = request(0, None, preferred_host="home", allowed_hosts={"other"})
+    assert placed(hosts, req).host_id == "other"
 
 
 def test_preferred_gpus_of_another_model_are_not_kept() -> None:
@@ -446,6 +501,30 @@ def test_two_gpus_take_an_nvlink_connected_pair(
     assert set(result.gpu_uuids) in connected
 
 
+@pytest.mark.parametrize(
+    ("k", "taken", "expected"),
+    [
+        (4, (), [(0, 1, 2, 3), (4, 5, 6, 7)]),
+        (4, (2,), [(4, 5, 6, 7)]),
+        (4, (5, 6), [(0, 1, 2, 3)]),
+        (3, (0, 5), [(1, 2, 3), (4, 6, 7)]),
+        (2, (0, 1, 2, 4, 5, 6), [(3, 7)]),  # the only free pair, across NUMA, is NVLinked
+    ],
+)
+def test_dgx1_topology_keeps_groups_fully_linked(
+    k: int, taken: tuple[int, ...], expected: list[tuple[int, ...]]
+) -> None:
+    h = nvlink_host("dgx", 8, DGX1_LINKS, taken=taken, numa_split=4)
+    result = placed([h], request(k))
+    assert set(result.gpu_uuids) in [uuids("dgx", *group) for group in expected]
+
+
+def test_nvlink_pair_beats_a_same_numa_pair_without_nvlink() -> None:
+    # Free: 0, 1 (node 0, no link) and 2 (node 0), 5 (node 1) linked across nodes.
+    h = nvlink_host("h1", 8, [(2, 5)], taken=(3, 4, 6, 7), numa_split=4)
+    assert set(placed([h], request(2)).gpu_uuids) == uuids("h1", 2, 5)
+
+
 # -- property tests --------------------------------------------------------------------
 
 
@@ -461,8 +540,8 @@ class Fleet:
 
 
 def digits(value: int, base: int, n: int) -> list[int]:
-    """`value` as `n` digits in `base`, least significant first (one integer draw
-    shrinks to all zeros, and is much cheaper than `n` draws)."""
+    """`value` as `n` digits in `base`, least significant first: one integer
+    draw shrinks to all zeros and is much cheaper than `n` draws."""
     out = []
     for _ in range(n):
         value, digit = divmod(value, base)
@@ -470,69 +549,101 @@ def digits(value: int, base: int, n: int) -> list[int]:
     return out
 
 
+def shuffle(items: Sequence[T], order: Sequence[int]) -> list[T]:
+    """`items` in the order given by a permutation of range(MAX_GPUS)."""
+    return [items[i] for i in order if i < len(items)]
+
+
+MAX_GPUS = 8
+MAX_PAIRS = MAX_GPUS * (MAX_GPUS - 1) // 2
+# Built once: fresh strategy objects per draw cost more than the tests themselves.
+HOST_SHAPES = st.tuples(
+    st.integers(1, MAX_GPUS),  # number of GPUs
+    st.integers(1, 2 ** len(MODELS) - 1),  # which of the fleet's models the host has
+    st.integers(0, len(MODELS) ** MAX_GPUS - 1),  # the model of each GPU
+    st.sampled_from(("unknown", "halves", "random")),  # NUMA layout
+    st.integers(0, 2**MAX_GPUS - 1),  # NUMA node of each GPU for "random"
+    st.integers(0, 2**MAX_PAIRS - 1),  # which pairs are NVLink peers
+    st.integers(0, 2**MAX_GPUS - 1),  # which GPUs are taken
+    st.integers(0, 128),  # free CPUs, in halves
+    st.integers(0, 64),  # free memory, in 8 GB
+)
+PERMUTATION = st.permutations(tuple(range(MAX_GPUS)))
+
+
+def build_host(
+    host_id: str,
+    shape: tuple[int, int, int, str, int, int, int, int, int],
+    models: Sequence[str],
+    *,
+    nvlink: bool,
+) -> tuple[HostCapacity, tuple[GpuSlot, ...]]:
+    n, model_mask, model_digits, numa_layout, numa_bits, link_bits, taken_bits, cpus, memory = shape
+    host_models = [m for i, m in enumerate(models) if model_mask >> i & 1] or [models[0]]
+    gpu_models = digits(model_digits, len(host_models), n)
+    random_numa = digits(numa_bits, 2, n)
+    peers: dict[int, set[int]] = {i: set() for i in range(n)}
+    links = digits(link_bits, 2, MAX_PAIRS) if nvlink else [0] * MAX_PAIRS
+    for (a, b), bit in zip(itertools.combinations(range(MAX_GPUS), 2), links, strict=True):
+        if bit and b < n:
+            peers[a].add(b)
+            peers[b].add(a)
+    slots: list[GpuSlot] = []
+    for i in range(n):
+        numa: int | None = None
+        if numa_layout == "halves":
+            numa = 0 if i < (n + 1) // 2 else 1
+        elif numa_layout == "random":
+            numa = random_numa[i]
+        slots.append(gpu(host_id, i, host_models[gpu_models[i]], numa=numa, peers=peers[i]))
+    taken = [i for i, bit in enumerate(digits(taken_bits, 2, n)) if bit]
+    capacity = host(host_id, slots, taken=taken, cpus=cpus / 2, memory_gb=float(memory * 8))
+    return capacity, tuple(slots)
+
+
 @st.composite
 def fleets(draw: st.DrawFn, *, nvlink: bool = True) -> Fleet:
     models = MODELS[: draw(st.integers(1, len(MODELS)))]
-    hosts: list[HostCapacity] = []
-    installed: dict[str, tuple[GpuSlot, ...]] = {}
-    for h in range(draw(st.integers(1, 6))):
-        host_id = f"host-{h}"
-        n = draw(st.integers(1, 8))
-        host_models = [m for m in models if m in draw(st.sets(st.sampled_from(models), min_size=1))]
-        gpu_models = digits(draw(st.integers(0, len(host_models) ** n - 1)), len(host_models), n)
-        numa_layout = draw(st.sampled_from(("unknown", "halves", "random")))
-        random_numa = digits(draw(st.integers(0, 2**n - 1)), 2, n)
-        peers: dict[int, set[int]] = {i: set() for i in range(n)}
-        all_pairs = list(itertools.combinations(range(n), 2))
-        if nvlink and all_pairs:
-            linked = digits(draw(st.integers(0, 2 ** len(all_pairs) - 1)), 2, len(all_pairs))
-            for (a, b), bit in zip(all_pairs, linked, strict=True):
-                if bit:
-                    peers[a].add(b)
-                    peers[b].add(a)
-        slots: list[GpuSlot] = []
-        for i in range(n):
-            numa: int | None = None
-            if numa_layout == "halves":
-                numa = 0 if i < (n + 1) // 2 else 1
-            elif numa_layout == "random":
-                numa = random_numa[i]
-            slots.append(gpu(host_id, i, host_models[gpu_models[i]], numa=numa, peers=peers[i]))
-        taken_bits = digits(draw(st.integers(0, 2**n - 1)), 2, n)
-        installed[host_id] = tuple(slots)
-        hosts.append(
-            host(
-                host_id,
-                slots,
-                taken=[i for i, bit in enumerate(taken_bits) if bit],
-                cpus=draw(st.integers(0, 128)) / 2,
-                memory_gb=float(draw(st.integers(0, 64)) * 8),
-            )
-        )
-    return Fleet(tuple(hosts), installed, models)
+    shapes = draw(st.lists(HOST_SHAPES, min_size=1, max_size=6))
+    built = [
+        build_host(f"host-{h}", shape, models, nvlink=nvlink) for h, shape in enumerate(shapes)
+    ]
+    return Fleet(
+        tuple(capacity for capacity, _ in built),
+        {capacity.host_id: slots for capacity, slots in built},
+        models,
+    )
 
 
 @st.composite
-def requests(draw: st.DrawFn, fleet: Fleet, *, preferences: bool = True) -> PlacementRequest:
-    k = draw(st.integers(0, 8))
+def requests(
+    draw: st.DrawFn, fleet: Fleet, *, preferences: bool = True, gpu_count: int | None = None
+) -> PlacementRequest:
+    k = draw(st.integers(0, MAX_GPUS)) if gpu_count is None else gpu_count
     model: str | None
     if k > 0:
         model = draw(st.sampled_from(fleet.models))
     else:
-        model = draw(st.one_of(st.none(), st.sampled_from(fleet.models)))
-    host_ids = (*fleet.host_ids, "host-unknown")
+        model = draw(st.sampled_from((None, *fleet.models)))
+    known = (*fleet.host_ids, "host-unknown")
+    host_choices = (None, *known)
     preferred: frozenset[str] = frozenset()
     preferred_host: str | None = None
     required_host: str | None = None
+    allowed_hosts: frozenset[str] | None = None
     if preferences:
         if k > 0 and draw(st.booleans()):
             # The GPUs the instance held before: k GPUs of one host, free now or not.
-            home = fleet.installed[draw(st.sampled_from(host_ids[:-1]))]
+            home = fleet.installed[draw(st.sampled_from(fleet.host_ids))]
             if len(home) >= k:
-                order = draw(st.permutations(range(len(home))))
-                preferred = frozenset(home[i].uuid for i in order[:k])
-        preferred_host = draw(st.one_of(st.none(), st.sampled_from(host_ids)))
-        required_host = draw(st.one_of(st.none(), st.none(), st.sampled_from(host_ids)))
+                preferred = frozenset(g.uuid for g in shuffle(home, draw(PERMUTATION))[:k])
+        preferred_host = draw(st.sampled_from(host_choices))
+        if draw(st.booleans()):
+            required_host = draw(st.sampled_from(host_choices))
+    if draw(st.booleans()):
+        # Hosts where the image can run: any subset, unknown ids included.
+        mask = draw(st.integers(0, 2 ** len(known) - 1))
+        allowed_hosts = frozenset(h for i, h in enumerate(known) if mask >> i & 1)
     return PlacementRequest(
         gpu_model=model,
         gpu_count=k,
@@ -541,6 +652,7 @@ def requests(draw: st.DrawFn, fleet: Fleet, *, preferences: bool = True) -> Plac
         preferred_gpus=preferred,
         preferred_host=preferred_host,
         required_host=required_host,
+        allowed_hosts=allowed_hosts,
     )
 
 
@@ -551,6 +663,8 @@ def matching(h: HostCapacity, model: str | None) -> list[GpuSlot]:
 def oracle_fits(h: HostCapacity, req: PlacementRequest) -> bool:
     """Brute force: can this one host take the whole request now?"""
     if req.required_host is not None and h.host_id != req.required_host:
+        return False
+    if req.allowed_hosts is not None and h.host_id not in req.allowed_hosts:
         return False
     if h.free_cpus < req.cpus or h.free_memory_gb < req.memory_gb:
         return False
@@ -600,7 +714,7 @@ def test_sequences_of_placements_never_overcommit(data: st.DataObject) -> None:
     fleet = data.draw(fleets())
     hosts = list(fleet.hosts)
     given_out: set[str] = set()
-    for _ in range(data.draw(st.integers(1, 15))):
+    for _ in range(data.draw(st.integers(1, 10))):
         req = data.draw(requests(fleet))
         result = place(hosts, req)
         check_placement(hosts, req, result)
@@ -636,6 +750,7 @@ def test_free_preferred_gpus_are_returned_exactly(data: st.DataObject) -> None:
         preferred_gpus=preferred,
         preferred_host=data.draw(st.one_of(st.none(), st.sampled_from(fleet.host_ids))),
         required_host=data.draw(st.sampled_from([None, home.host_id])),
+        allowed_hosts=data.draw(st.sampled_from([None, frozenset(fleet.host_ids)])),
     )
     result = placed(fleet.hosts, req)
     assert result.host_id == home.host_id
@@ -664,19 +779,19 @@ def test_without_preferences_the_tightest_host_is_chosen(data: st.DataObject) ->
     assert result.host_id == min(feasible, key=tightness).host_id
 
 
-@PROPERTY_SETTINGS
+@NARROW_SETTINGS
 @given(st.data())
 def test_placement_does_not_depend_on_input_order(data: st.DataObject) -> None:
     fleet = data.draw(fleets())
     req = data.draw(requests(fleet))
     shuffled = [
-        replace(h, free_gpus=tuple(data.draw(st.permutations(h.free_gpus))))
-        for h in data.draw(st.permutations(fleet.hosts))
+        replace(h, free_gpus=tuple(shuffle(h.free_gpus, data.draw(PERMUTATION))))
+        for h in shuffle(fleet.hosts, data.draw(PERMUTATION))
     ]
     assert place(shuffled, req) == place(fleet.hosts, req)
 
 
-@PROPERTY_SETTINGS
+@NARROW_SETTINGS
 @given(st.data())
 def test_gpus_share_a_numa_node_when_one_node_has_enough(data: st.DataObject) -> None:
     fleet = data.draw(fleets(nvlink=False))
@@ -695,13 +810,11 @@ def test_gpus_share_a_numa_node_when_one_node_has_enough(data: st.DataObject) ->
     assert len(nodes) == 1, f"{result.gpu_uuids} span NUMA nodes {nodes}"
 
 
-@PROPERTY_SETTINGS
+@NARROW_SETTINGS
 @given(st.data())
 def test_two_gpus_are_an_nvlink_pair_when_the_host_has_one(data: st.DataObject) -> None:
     fleet = data.draw(fleets())
-    req = replace(data.draw(requests(fleet, preferences=False)), gpu_count=2)
-    if req.gpu_model is None:
-        req = replace(req, gpu_model=fleet.models[0])
+    req = data.draw(requests(fleet, preferences=False, gpu_count=2))
     result = place(fleet.hosts, req)
     check_placement(fleet.hosts, req, result)
     if result is None:
