@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
+from gpudock.db.engine import make_engine, migrate
 from gpudock.runtime.base import Runtime
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.services.platform import Platform, open_platform
@@ -33,14 +34,31 @@ def postgres_admin_url() -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """A database migrated once per session; each test copies it (fast)."""
+    admin = postgres_admin_url()
+    name = "gpudock_tmpl_" + uuid.uuid4().hex[:10]
+    plain = admin.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = admin.rpartition("/")
+    engine = make_engine(f"{base}/{name}")
+    migrate(engine)
+    engine.dispose()
+    yield name
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for one test, dropped afterwards."""
+def postgres_url(postgres_template: str) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for one test, dropped afterwards."""
     admin = postgres_admin_url()
     name = "gpudock_test_" + uuid.uuid4().hex[:10]
     plain = admin.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{postgres_template}"')
     base, _, _ = admin.rpartition("/")
     yield f"{base}/{name}"
     with psycopg.connect(plain, autocommit=True) as conn:

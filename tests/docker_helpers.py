@@ -97,6 +97,7 @@ def assert_converged_on(
         name = containers.container_name(cluster_id, instance.id)
         if instance.status == InstanceStatus.RUNNING:
             assert client.containers.get(name).status == "running", instance.id
-        if instance.status in (InstanceStatus.RUNNING, InstanceStatus.STOPPED):
-            assert containers.volume_name(cluster_id, instance.id) in volume_names
+        ever_ran = instance.container_id is not None  # stopped before placement: no volume yet
+        if instance.status in (InstanceStatus.RUNNING, InstanceStatus.STOPPED) and ever_ran:
+            assert containers.volume_name(cluster_id, instance.id) in volume_names, instance.id
     return instances

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpudock.errors import InvalidRequest
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+READ_ONLY_OPTION = "gpudock_read_only"
 
 
 def make_engine(url: str) -> Engine:
@@ -55,11 +56,21 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # Read-only sessions (make_read_sessionmaker) take no write lock: in
+        # WAL mode they read a snapshot while a writer works.
+        read_only = connection.get_execution_options().get(READ_ONLY_OPTION, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def make_read_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    """Sessions for queries only; on SQLite they do not queue behind writers."""
+    return sessionmaker(
+        engine.execution_options(**{READ_ONLY_OPTION: True}), expire_on_commit=False
+    )
 
 
 def alembic_config(engine: Engine) -> Config:

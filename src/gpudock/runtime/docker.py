@@ -6,6 +6,8 @@ docker-py and requests exceptions are translated here and nowhere else.
 from __future__ import annotations
 
 import contextlib
+import io
+import tarfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -16,11 +18,14 @@ import requests.exceptions
 from docker.types import DeviceRequest
 
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
+from gpudock.runtime import docker_exec
 from gpudock.runtime.base import (
+    BuildLine,
     ContainerSpec,
     ContainerState,
     EngineInfo,
     ExecResult,
+    ExecStream,
     ImageNotFound,
     VolumeState,
 )
@@ -56,6 +61,7 @@ class DockerRuntime:
             else:
                 self._client = docker.from_env(timeout=int(timeout_s), max_pool_size=pool_size)
         self._engine_cpus: int | None = None
+        self._seen_images: set[str] = set()
 
     def close(self) -> None:
         self._client.close()
@@ -87,7 +93,10 @@ class DockerRuntime:
         return True
 
     def ensure_image(self, ref: str) -> None:
-        if self.image_present(ref):
+        # Seen present before: skip the round trip (create_container forgets it
+        # again if the engine says otherwise).
+        if ref in self._seen_images or self.image_present(ref):
+            self._seen_images.add(ref)
             return
         repository, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
         with _translated(f"pull image {ref}"):
@@ -105,16 +114,15 @@ class DockerRuntime:
         return f"{repository}:{tag}"
 
     def remove_image(self, ref: str) -> None:
+        self._seen_images.discard(ref)
         with contextlib.suppress(ImageNotFound), _translated(f"remove image {ref}"):
             self._client.images.remove(ref, force=True)
 
     # -- volumes -----------------------------------------------------------
     def ensure_volume(self, name: str, labels: dict[str, str]) -> None:
+        # The engine's volume create is idempotent for an existing name: one round trip.
         with _translated(f"create volume {name}"):
-            try:
-                self._client.volumes.get(name)
-            except docker.errors.NotFound:
-                self._client.volumes.create(name=name, labels=labels)
+            self._client.api.create_volume(name=name, labels=labels)
 
     def remove_volume(self, name: str) -> None:
         with _translated(f"remove volume {name}"):
@@ -130,17 +138,17 @@ class DockerRuntime:
 
     # -- containers --------------------------------------------------------
     def create_container(self, spec: ContainerSpec) -> ContainerState:
-        existing = self.inspect_container(spec.name)
-        if existing is not None:
-            return existing
         with _translated(f"create container {spec.name}"):
             try:
                 container = self._client.containers.create(**self._create_kwargs(spec))
+            except docker.errors.ImageNotFound:
+                self._seen_images.discard(spec.image)
+                raise
             except docker.errors.APIError as exc:
-                if exc.status_code == 409:  # created by a concurrent or earlier attempt
-                    container = self._client.containers.get(spec.name)
-                else:
+                if exc.status_code != 409:
                     raise
+                # The name is taken: created by an earlier attempt (e.g. before a crash).
+                container = self._client.containers.get(spec.name)
         return _state_of(container.attrs)
 
     def _create_kwargs(self, spec: ContainerSpec) -> dict[str, Any]:
@@ -181,11 +189,8 @@ class DockerRuntime:
 
     def start_container(self, container_id: str) -> ContainerState:
         with _translated(f"start container {container_id}"):
-            container = self._client.containers.get(container_id)
-            if not container.attrs["State"].get("Running"):
-                container.start()
-                container.reload()
-        return _state_of(container.attrs)
+            self._client.api.start(container_id)  # a no-op (304) when already running
+            return _state_of(self._client.api.inspect_container(container_id))
 
     def stop_container(self, container_id: str, timeout_s: int) -> ContainerState | None:
         with _translated(f"stop container {container_id}"):
@@ -234,6 +239,90 @@ class DockerRuntime:
             container = self._client.containers.get(container_id)
             exit_code, output = container.exec_run(command, demux=False)
         return ExecResult(exit_code=int(exit_code), output=bytes(output or b""))
+
+    # -- images (issue 7) ----------------------------------------------------
+    def build_image(
+        self, context_tar: bytes, dockerfile: str, tag: str, labels: dict[str, str]
+    ) -> Iterator[BuildLine]:
+        with _translated(f"build {tag}"):
+            chunks = self._client.api.build(
+                fileobj=io.BytesIO(context_tar),
+                custom_context=True,
+                dockerfile=dockerfile,
+                tag=tag,
+                labels=labels,
+                network_mode="none",
+                pull=False,
+                rm=True,
+                forcerm=True,
+                decode=True,
+            )
+            image_id = None
+            for chunk in chunks:
+                if "error" in chunk:
+                    yield BuildLine(error=str(chunk["error"]).strip())
+                    return
+                if "aux" in chunk and "ID" in chunk["aux"]:
+                    image_id = str(chunk["aux"]["ID"])
+                if chunk.get("stream"):
+                    yield BuildLine(text=str(chunk["stream"]).rstrip("\n"))
+            yield BuildLine(image_id=image_id or self._client.images.get(tag).id)
+
+    def image_size(self, ref: str) -> int | None:
+        try:
+            with _translated(f"inspect image {ref}"):
+                return int(self._client.images.get(ref).attrs.get("Size", 0))
+        except ImageNotFound:
+            return None
+
+    def put_file(self, container_id: str, path: str, data: bytes, mode: int = 0o755) -> None:
+        directory, _, name = path.rpartition("/")
+        with _translated(f"copy {path} into {container_id}"):
+            container = self._client.containers.get(container_id)
+            container.put_archive(directory or "/", _tar_of({name: data}, mode))
+
+    def run_once(
+        self, image: str, command: list[str], files: dict[str, bytes], timeout_s: float
+    ) -> ExecResult:
+        with _translated(f"run a check in {image}"):
+            container = self._client.containers.create(
+                image, command, network_mode="none", labels={"gpudock.check": "1"}
+            )
+            try:
+                for path, data in files.items():
+                    directory, _, name = path.rpartition("/")
+                    container.put_archive(directory or "/", _tar_of({name: data}, 0o755))
+                container.start()
+                status = container.wait(timeout=timeout_s)
+                output = container.logs(stdout=True, stderr=True)
+            finally:
+                container.remove(force=True)
+        return ExecResult(exit_code=int(status.get("StatusCode", 1)), output=bytes(output))
+
+    # -- exec streams (issue 3: the SSH gateway) -------------------------------
+    def open_exec_stream(
+        self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
+    ) -> ExecStream:
+        with _translated(f"start a session in container {container_id}"):
+            return docker_exec.open_exec_stream(self._client.api, container_id, command, tty, env)
+
+    def resize_exec(self, exec_id: str, width: int, height: int) -> None:
+        with _translated(f"resize the terminal of exec {exec_id}"):
+            docker_exec.resize_exec(self._client.api, exec_id, width, height)
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        with _translated(f"inspect exec {exec_id}"):
+            return docker_exec.exec_exit_code(self._client.api, exec_id)
+
+
+def _tar_of(files: dict[str, bytes], mode: int) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 def _label_filter(labels: dict[str, str]) -> list[str]:

@@ -26,8 +26,13 @@ class ServiceContext:
     runtime: Runtime
     gpu_source: GpuSource
     cluster_id: str = ""
+    read_sessions: sessionmaker[Session] | None = None
     clock: Callable[[], datetime] = utc_now
     wake_reconciler: Callable[[], None] = field(default=lambda: None)
+
+    def reader(self) -> Session:
+        """A session for queries only (no write lock on SQLite)."""
+        return (self.read_sessions or self.sessions)()
 
     def crash_point(self, name: str) -> None:
         """Test hook: SIGKILL this process at a named point (never set in production)."""

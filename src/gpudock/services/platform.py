@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
-from gpudock.db.engine import make_engine, make_sessionmaker, migrate
+from gpudock.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker, migrate
 from gpudock.gpu.base import GpuSource
 from gpudock.runtime.base import Runtime
 from gpudock.services import inventory, users
@@ -21,11 +22,21 @@ log = logging.getLogger(__name__)
 ADMIN_TOKEN_FILE = "admin.token"  # noqa: S105 (a file name)
 
 
+class Sidecar(Protocol):
+    """A server that runs on the API's event loop beside it (the SSH gateway):
+    the app's lifespan starts it after the platform and stops it before."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 @dataclass
 class Platform:
     ctx: ServiceContext
     reconciler: Reconciler
     admin_token_path: Path | None
+    sidecars: list[Sidecar] = field(default_factory=list)
 
     def start(self) -> None:
         collect_garbage(self.ctx)
@@ -75,6 +86,7 @@ def open_platform(
     ctx = ServiceContext(
         settings=settings,
         sessions=make_sessionmaker(engine),
+        read_sessions=make_read_sessionmaker(engine),
         runtime=runtime or default_runtime(settings),
         gpu_source=source,
         clock=clock,

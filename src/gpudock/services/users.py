@@ -74,7 +74,7 @@ def authenticate(ctx: ServiceContext, token: str | None) -> UserModel:
     if not token or not token.startswith(TOKEN_PREFIX) or len(token) > 256:
         raise Unauthenticated("missing or malformed API token: send 'Authorization: Bearer gpd_…'")
     digest = hash_token(token)
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         row = session.scalar(select(ApiTokenModel).where(ApiTokenModel.token_hash == digest))
         if row is None or not hmac.compare_digest(row.token_hash, digest):
             raise Unauthenticated("unknown API token: check GPUDOCK_TOKEN or `gpudock login`")
