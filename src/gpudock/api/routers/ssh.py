@@ -1,0 +1,89 @@
+"""SSH: the caller's public keys, the gateway's address and an instance's session audit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from gpudock.api.deps import Context, CurrentUser
+from gpudock.api.schemas import (
+    SshEndpointPublic,
+    SshKeyCreateRequest,
+    SshKeyPublic,
+    SshSessionPublic,
+)
+from gpudock.db.models import SshKeyModel, SshSessionModel
+from gpudock.services import ssh_endpoint, ssh_keys, ssh_sessions
+
+router = APIRouter(tags=["ssh"])
+NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"description": "No such key or instance (or another tenant's)"}
+}
+
+
+def _key(key: SshKeyModel) -> SshKeyPublic:
+    return SshKeyPublic(
+        id=key.id,
+        name=key.name,
+        algorithm=key.algorithm,
+        bits=key.bits,
+        fingerprint=key.fingerprint,
+        public_key=key.public_key,
+        created_at=key.created_at,
+        last_used_at=key.last_used_at,
+    )
+
+
+def _session(row: SshSessionModel) -> SshSessionPublic:
+    return SshSessionPublic(
+        id=row.id,
+        outcome=row.outcome.value,
+        reason=row.reason,
+        login=row.login,
+        user_id=row.user_id,
+        client_address=row.client_address,
+        key_fingerprint=row.key_fingerprint,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        bytes_in=row.bytes_in,
+        bytes_out=row.bytes_out,
+    )
+
+
+@router.post("/ssh-keys", response_model=SshKeyPublic, status_code=201)
+def add_key(ctx: Context, user: CurrentUser, body: SshKeyCreateRequest) -> SshKeyPublic:
+    return _key(ssh_keys.add_key(ctx, user, body.public_key, body.name))
+
+
+@router.get("/ssh-keys", response_model=list[SshKeyPublic])
+def list_keys(ctx: Context, user: CurrentUser) -> list[SshKeyPublic]:
+    return [_key(k) for k in ssh_keys.list_keys(ctx, user)]
+
+
+@router.delete("/ssh-keys/{key_ref:path}", response_model=SshKeyPublic, responses=NOT_FOUND)
+def remove_key(ctx: Context, user: CurrentUser, key_ref: str) -> SshKeyPublic:
+    """By id, name or fingerprint (whose base64 may hold '/'), among the caller's own keys."""
+    return _key(ssh_keys.remove_key(ctx, user, key_ref))
+
+
+@router.get("/ssh", response_model=SshEndpointPublic, responses=NOT_FOUND)
+def gateway(ctx: Context, _user: CurrentUser) -> SshEndpointPublic:
+    """Where the SSH gateway listens, and its host key (404 if the server runs none)."""
+    found = ssh_endpoint.endpoint(ctx.settings)
+    return SshEndpointPublic(
+        host=found.host,
+        port=found.port,
+        host_key=found.host_key,
+        host_key_fingerprint=found.host_key_fingerprint,
+    )
+
+
+@router.get(
+    "/instances/{instance_id}/sessions",
+    response_model=list[SshSessionPublic],
+    responses=NOT_FOUND,
+)
+def sessions(ctx: Context, user: CurrentUser, instance_id: str) -> list[SshSessionPublic]:
+    """SSH sessions and refused attempts on the instance, newest first (owner or admin)."""
+    return [_session(s) for s in ssh_sessions.list_sessions(ctx, user, instance_id)]

@@ -1,0 +1,103 @@
+"""Bytes between an SSH channel and a process in a container, with flow control.
+
+The exec stream's socket is driven by the event loop (no thread per session):
+output is decoded (stdout/stderr) and handed to the channel's side as it comes;
+when the client is slow the socket is paused, and when the container is slow
+the SSH channel is paused, so neither side buffers without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from gpudock.services.ssh_sessions import ExecStream
+
+BUFFER_HIGH = 1 << 20  # bytes queued on a side before the other side is paused
+
+
+class Sink(Protocol):
+    """The SSH side of a bridge."""
+
+    def output(self, stream: int, data: bytes) -> None:
+        """Process output: `stream` is STDOUT or STDERR."""
+
+    def output_ended(self) -> None:
+        """The process closed its output (it has ended, or is about to)."""
+
+    def pause_input(self) -> None:
+        """The container side cannot take more input for now."""
+
+    def resume_input(self) -> None:
+        """It can again."""
+
+
+class Bridge(asyncio.Protocol):
+    def __init__(self, stream: ExecStream, sink: Sink) -> None:
+        self.stream = stream
+        self._sink = sink
+        self._transport: asyncio.Transport | None = None
+        self._ended = False
+
+    @classmethod
+    async def connect(cls, stream: ExecStream, sink: Sink) -> Bridge:
+        bridge = cls(stream, sink)
+        loop = asyncio.get_running_loop()
+        await loop.create_connection(lambda: bridge, sock=stream.sock)
+        if stream.initial:
+            bridge.data_received(stream.initial)
+        return bridge
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    # -- asyncio.Protocol --------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.set_write_buffer_limits(high=BUFFER_HIGH)
+
+    def data_received(self, data: bytes) -> None:
+        for stream, payload in self.stream.decoder.feed(data):
+            self._sink.output(stream, payload)
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._ended:
+            self._ended = True
+            self._sink.output_ended()
+
+    def pause_writing(self) -> None:
+        self._sink.pause_input()
+
+    def resume_writing(self) -> None:
+        self._sink.resume_input()
+
+    # -- driven by the SSH side ------------------------------------------------------------
+    def write(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def write_eof(self) -> None:
+        """Close the process's stdin. A terminal has no half-close: like sshd, ignore it."""
+        transport = self._transport
+        if self.stream.tty or transport is None or transport.is_closing():
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+
+    def pause_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    def close(self) -> None:
+        """Detach (the process keeps running unless something stops it)."""
+        if self._transport is not None:
+            self._transport.close()
