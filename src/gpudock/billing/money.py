@@ -1,0 +1,74 @@
+"""Money as integer micro-units (1 currency unit = 1,000,000 µ), never floats.
+
+The API and the CLI speak decimal strings (`"3.6"` = 3.6 CNY); these two
+functions are the only places that convert, exactly, through `decimal.Decimal`.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from gpudock.errors import InvalidRequest
+
+MICROS_PER_UNIT = 1_000_000
+DECIMALS = 6
+MAX_UNITS = 1_000_000_000  # one billion currency units: far above any real amount
+MAX_MICROS = MAX_UNITS * MICROS_PER_UNIT  # fits a signed 64-bit column 9000 times over
+_MAX_TEXT = 40
+_DECIMAL = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
+_STEP = Decimal(1).scaleb(-DECIMALS)
+
+
+def parse_amount(
+    value: str | int,
+    *,
+    field: str = "amount",
+    allow_zero: bool = False,
+) -> int:
+    """A decimal string (or an exact integer) of currency units → micro-units.
+
+    Refuses, with a message a user can act on: non-numbers (`"abc"`, `"1e3"`,
+    `"NaN"`), negatives, zero unless `allow_zero`, more than 6 decimal places
+    that are not zeros (`"0.0000001"`), and more than one billion units.
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidRequest(f'{field} must be a decimal string such as "3.6"', field=field)
+    text = str(value).strip()
+    if len(text) > _MAX_TEXT or not _DECIMAL.match(text):
+        raise InvalidRequest(
+            f'{field} {_shown(text)} is not a decimal number: write it like "3.6" or "100" '
+            "(digits, at most one '.', no exponent)",
+            field=field,
+        )
+    try:
+        amount = Decimal(text)
+    except InvalidOperation as exc:  # pragma: no cover - the pattern already refuses these
+        raise InvalidRequest(f"{field} {_shown(text)} is not a number", field=field) from exc
+    if amount < 0:
+        raise InvalidRequest(f"{field} must not be negative (got {text})", field=field)
+    if amount == 0 and not allow_zero:
+        raise InvalidRequest(f"{field} must be more than zero", field=field)
+    if amount > MAX_UNITS:
+        raise InvalidRequest(
+            f"{field} {text} is too large: at most {MAX_UNITS:,} per operation", field=field
+        )
+    if amount != amount.quantize(_STEP):
+        raise InvalidRequest(
+            f"{field} {text} has more than {DECIMALS} decimal places: amounts are kept "
+            f'exactly in millionths (e.g. "0.000001")',
+            field=field,
+        )
+    return int(amount.scaleb(DECIMALS))
+
+
+def format_amount(micros: int) -> str:
+    """Micro-units → the shortest exact decimal string: 3_600_000 → "3.6", -1 → "-0.000001"."""
+    sign = "-" if micros < 0 else ""
+    units, fraction = divmod(abs(micros), MICROS_PER_UNIT)
+    digits = f"{fraction:06d}".rstrip("0")
+    return f"{sign}{units}" + (f".{digits}" if digits else "")
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "…")

@@ -1,0 +1,183 @@
+"""The ledger in the database: accounts, append-only postings, cached balances.
+
+`post_many()` is the one writer of `billing_postings` and of
+`billing_accounts.balance_micro`: it inserts postings and moves the cached
+balances in the caller's transaction, so the cache can never disagree with
+the postings it sums (`verify_balances()` proves it; the tests call it).
+The unique `key` column makes a replayed posting impossible, whatever the timing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import case, func, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from gpudock.billing.ledger import Posting, user_account
+from gpudock.db.models import BillingAccountModel, BillingPostingModel
+
+
+@dataclass(frozen=True)
+class PostingDetails:
+    """What a statement line needs to explain itself, beyond the money."""
+
+    from_at: datetime | None = None
+    to_at: datetime | None = None
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    rate_micro: int | None = None
+    rate_per_s: int | None = None
+    description: str = ""
+    created_by: str | None = None
+    request_digest: str | None = None
+
+
+def ensure_account(session: Session, account_id: str, now: datetime) -> None:
+    """Create the account row unless it exists (safe against a concurrent creator)."""
+    ensure_accounts(session, [account_id], now)
+
+
+def ensure_accounts(session: Session, account_ids: list[str], now: datetime) -> None:
+    existing = set(
+        session.scalars(
+            select(BillingAccountModel.id).where(BillingAccountModel.id.in_(account_ids))
+        )
+    )
+    missing = [a for a in account_ids if a not in existing]
+    if not missing:
+        return
+    values = [
+        {
+            "id": a,
+            "user_id": a.removeprefix("user:") if a.startswith("user:") else None,
+            "balance_micro": 0,
+            "created_at": now,
+        }
+        for a in missing
+    ]
+    dialect = session.get_bind().dialect.name
+    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+    session.execute(insert(BillingAccountModel).values(values).on_conflict_do_nothing())
+
+
+def find(session: Session, key: str) -> BillingPostingModel | None:
+    return session.scalar(select(BillingPostingModel).where(BillingPostingModel.key == key))
+
+
+def post_many(
+    session: Session, items: list[tuple[Posting, PostingDetails]], now: datetime
+) -> list[BillingPostingModel]:
+    """Record postings and move the cached balances, in the caller's transaction.
+
+    Either the postings and the balance moves commit together with whatever
+    else the caller changed, or nothing does. A key posted before makes the
+    flush fail (unique constraint) and the transaction with it: top-ups look
+    for their key with `find` first and retry after such a race; metering
+    never replays, because each charge starts where the interval's last ended.
+    """
+    if not items:
+        return []
+    deltas: dict[str, int] = {}
+    rows = []
+    for posting, details in items:
+        deltas[posting.debit] = deltas.get(posting.debit, 0) - posting.amount
+        deltas[posting.credit] = deltas.get(posting.credit, 0) + posting.amount
+        rows.append(_row(posting, details, now))
+    ensure_accounts(session, sorted(deltas), now)
+    session.add_all(rows)
+    session.flush()  # the unique key speaks now, inside the caller's transaction
+    _move(session, deltas)
+    return rows
+
+
+def _row(posting: Posting, extra: PostingDetails, now: datetime) -> BillingPostingModel:
+    return BillingPostingModel(
+        key=posting.key,
+        kind=posting.kind.value,
+        debit_account=posting.debit,
+        credit_account=posting.credit,
+        amount_micro=posting.amount,
+        user_id=posting.user_id,
+        at=posting.at,
+        recorded_at=now,
+        instance_id=posting.instance_id,
+        interval_id=posting.interval_id,
+        seconds=posting.seconds,
+        from_at=extra.from_at,
+        to_at=extra.to_at,
+        gpu_model=extra.gpu_model,
+        gpu_count=extra.gpu_count,
+        rate_micro=extra.rate_micro,
+        rate_per_s=extra.rate_per_s,
+        description=extra.description,
+        created_by=extra.created_by,
+        request_digest=extra.request_digest,
+    )
+
+
+def _move(session: Session, deltas: dict[str, int]) -> None:
+    """One UPDATE for all accounts: `balance = balance + delta`, never read-modify-write,
+    so a concurrent top-up and charge on one wallet both count."""
+    moving = {a: d for a, d in deltas.items() if d}
+    if not moving:
+        return
+    session.execute(
+        update(BillingAccountModel)
+        .where(BillingAccountModel.id.in_(sorted(moving)))
+        .values(
+            balance_micro=BillingAccountModel.balance_micro
+            + case(moving, value=BillingAccountModel.id, else_=0)
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+def account(session: Session, user_id: str, *, lock: bool = False) -> BillingAccountModel | None:
+    query = select(BillingAccountModel).where(BillingAccountModel.id == user_account(user_id))
+    if lock:
+        query = query.with_for_update()
+    return session.scalar(query.execution_options(populate_existing=True))
+
+
+def balance(session: Session, user_id: str) -> int:
+    row = account(session, user_id)
+    return row.balance_micro if row is not None else 0
+
+
+def derived_balances(session: Session) -> dict[str, int]:
+    """Σ credits − Σ debits per account, from the postings alone."""
+    result: dict[str, int] = {}
+    for side, sign in (
+        (BillingPostingModel.credit_account, 1),
+        (BillingPostingModel.debit_account, -1),
+    ):
+        rows = session.execute(
+            select(side, func.sum(BillingPostingModel.amount_micro)).group_by(side)
+        ).all()
+        for account_id, total in rows:
+            result[account_id] = result.get(account_id, 0) + sign * int(total)
+    return result
+
+
+def verify_balances(session: Session) -> dict[str, tuple[int, int]]:
+    """Accounts whose cached balance differs from their postings: {id: (cached, derived)}.
+
+    Empty when all is well; also checks that all balances sum to zero
+    (reported under the key "Σ")."""
+    derived = derived_balances(session)
+    cached = dict(
+        session.execute(select(BillingAccountModel.id, BillingAccountModel.balance_micro)).all()
+    )
+    wrong = {
+        name: (int(cached.get(name, 0)), derived.get(name, 0))
+        for name in set(cached) | set(derived)
+        if int(cached.get(name, 0)) != derived.get(name, 0)
+    }
+    total = sum(derived.values())
+    if total != 0:
+        wrong["Σ"] = (0, total)
+    return wrong
