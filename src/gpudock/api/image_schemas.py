@@ -1,0 +1,63 @@
+"""API bodies for images (issue 7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ImageCreateRequest(BaseModel):
+    """Register an image the engine has (or can get) with its metadata."""
+
+    model_config = ConfigDict(extra="forbid")
+    reference: str = Field(
+        max_length=512, examples=["pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"]
+    )
+    name: str = Field(min_length=1, max_length=128)
+    description: str = Field(default="", max_length=2000)
+    os: str = Field(default="", max_length=64)
+    python: str | None = Field(default=None, max_length=16)
+    framework: str | None = Field(default=None, max_length=32)
+    framework_version: str | None = Field(default=None, max_length=32)
+    cuda: str | None = Field(default=None, pattern=r"^\d+\.\d+$")
+    cudnn: str | None = Field(default=None, max_length=16)
+    min_driver: str | None = Field(default=None, pattern=r"^\d+(\.\d+){0,2}$")
+    compute_capabilities: list[str] = Field(default_factory=list, max_length=32)
+    public: bool = Field(default=False, description="Admins only.")
+
+
+class ImagePublic(BaseModel):
+    id: str | None = Field(description="None for built-in catalog entries")
+    reference: str
+    name: str
+    description: str
+    os: str
+    python: str | None
+    framework: str | None
+    framework_version: str | None
+    cuda: str | None
+    cudnn: str | None
+    min_driver: str | None
+    compute_capabilities: list[str]
+    size_bytes: int
+    visibility: str
+    origin: str
+    owner_id: str | None
+    runs_on: dict[str, str] = Field(
+        default_factory=dict, description="GPU model → 'ok' or why the image cannot run there"
+    )
+
+
+class SaveImageRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=100, examples=["my-env:v1"])
+
+
+class SavedImagePublic(BaseModel):
+    image: ImagePublic
+    note: str = Field(description="What was saved: the system disk, never the data volume")
+
+
+class ValidateRequest(BaseModel):
+    matrix: dict[str, Any] | None = Field(default=None, description="None: the default matrix")

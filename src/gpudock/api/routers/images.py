@@ -1,0 +1,95 @@
+"""Images: catalog, registration, builds, validation, save-as-image."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from gpudock.api.deps import Context, CurrentUser
+from gpudock.api.image_schemas import (
+    ImageCreateRequest,
+    ImagePublic,
+    SavedImagePublic,
+    SaveImageRequest,
+    ValidateRequest,
+)
+from gpudock.images.catalog import ImageSpec
+from gpudock.services import image_builds, image_validation, images
+
+router = APIRouter(prefix="/images", tags=["images"])
+instance_router = APIRouter(prefix="/instances", tags=["instances"])
+NDJSON = "application/x-ndjson"
+
+
+def _public(spec: ImageSpec, runs_on: dict[str, str] | None = None) -> ImagePublic:
+    values = {k: v for k, v in spec.__dict__.items() if k != "compute_capabilities"}
+    return ImagePublic(
+        **values, compute_capabilities=list(spec.compute_capabilities), runs_on=runs_on or {}
+    )
+
+
+def _ndjson(events: Iterator[dict[str, Any]]) -> StreamingResponse:
+    def lines() -> Iterator[bytes]:
+        for event in events:
+            if isinstance(event.get("image"), ImageSpec):
+                event = {"image": _public(event["image"]).model_dump()}
+            yield (json.dumps(event) + "\n").encode()
+
+    return StreamingResponse(lines(), media_type=NDJSON)
+
+
+@router.get("", response_model=list[ImagePublic])
+def list_images(
+    ctx: Context, user: CurrentUser, gpu: Annotated[str | None, Query(max_length=64)] = None
+) -> list[ImagePublic]:
+    """Every image you may use, with the GPU models each runs on (`gpu` narrows that)."""
+    specs = images.list_images(ctx, user)
+    table = images.compatibility_table(ctx, user, specs)
+    return [
+        _public(s, {m: r for m, r in table[s.reference].items() if gpu in (None, m)}) for s in specs
+    ]
+
+
+@router.post("", response_model=ImagePublic, status_code=201)
+def register(ctx: Context, user: CurrentUser, body: ImageCreateRequest) -> ImagePublic:
+    return _public(images.register_manual(ctx, user, body.model_dump()))
+
+
+@router.delete("/{image_id}", response_model=ImagePublic)
+def delete(ctx: Context, user: CurrentUser, image_id: str) -> ImagePublic:
+    return _public(images.delete_image(ctx, user, image_id))
+
+
+@router.post("/build", response_class=StreamingResponse)
+async def build(
+    ctx: Context,
+    user: CurrentUser,
+    request: Request,
+    name: Annotated[str, Query(min_length=1, max_length=100)],
+    dockerfile: Annotated[str, Query(max_length=256)] = "Dockerfile",
+    public: bool = False,
+) -> StreamingResponse:
+    """Body: the build context as a tar. Streams NDJSON: {"log"}…, then {"image"} or {"error"}."""
+    context_tar = await request.body()
+    return _ndjson(
+        image_builds.build_from_context(ctx, user, name, dockerfile, context_tar, public)
+    )
+
+
+@router.post("/validate", response_class=StreamingResponse)
+def validate(ctx: Context, user: CurrentUser, body: ValidateRequest) -> StreamingResponse:
+    """Streams NDJSON: {"log"}…, then {"report"}."""
+    return _ndjson(image_validation.validate(ctx, user, body.matrix))
+
+
+@instance_router.post("/{instance_id}/save-image", response_model=SavedImagePublic, status_code=201)
+def save_image(
+    ctx: Context, user: CurrentUser, instance_id: str, body: SaveImageRequest
+) -> SavedImagePublic:
+    """Commit the instance's system disk as a private image; the data volume is not included."""
+    spec = images.save_instance_image(ctx, user, instance_id, body.name)
+    return SavedImagePublic(image=_public(spec), note=images.SYSTEM_DISK_NOTE)

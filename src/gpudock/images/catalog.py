@@ -1,0 +1,105 @@
+"""The built-in public image catalog and the image description every part shares.
+
+Built-in entries are real public references (Docker Hub `pytorch/pytorch` and
+`nvidia/cuda` tags) plus the local base image. Their torch architecture lists
+come from `compat_data.json`, so the catalog and the doctor agree. Sizes are
+0 (unknown) until the engine has the image; gpudock never guesses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpudock.images import compat
+
+PUBLIC, PRIVATE = "public", "private"
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    reference: str
+    name: str
+    description: str = ""
+    os: str = ""
+    python: str | None = None
+    framework: str | None = None
+    framework_version: str | None = None
+    cuda: str | None = None
+    cudnn: str | None = None
+    min_driver: str | None = None
+    compute_capabilities: tuple[str, ...] = ()  # () = no architecture constraint
+    size_bytes: int = 0
+    visibility: str = PUBLIC
+    origin: str = "catalog"  # catalog | build | save | validated | manual
+    owner_id: str | None = None
+    id: str | None = None  # None for built-in entries
+
+    @property
+    def builtin(self) -> bool:
+        return self.id is None
+
+    def verdict(self, driver: str | None, cc: str | None) -> compat.Verdict:
+        """Can this image run on a GPU of capability `cc` with driver `driver`?"""
+        result = compat.check(
+            cuda=self.cuda, driver=driver, cc=cc, archs=list(self.compute_capabilities) or None
+        )
+        if self.min_driver and driver and compat.version(driver) < compat.version(self.min_driver):
+            result.refuse(f"{self.reference} needs driver >= {self.min_driver}, this is {driver}")
+        return result
+
+
+def _torch(version: str, cuda: str, cudnn: str, python: str | None, os: str) -> ImageSpec:
+    variant = "cu" + cuda.replace(".", "")
+    archs = compat.torch_archs(version, variant) or ()
+    return ImageSpec(
+        reference=f"pytorch/pytorch:{version}-cuda{cuda}-cudnn{cudnn}-runtime",
+        name=f"PyTorch {version} / CUDA {cuda}",
+        description=f"Official PyTorch {version} runtime image ({variant} wheel, cuDNN {cudnn}).",
+        os=os,
+        python=python,
+        framework="pytorch",
+        framework_version=version,
+        cuda=cuda,
+        cudnn=cudnn,
+        min_driver=compat.min_driver(cuda),
+        compute_capabilities=archs,
+    )
+
+
+def _cuda(tag: str, cuda: str, cudnn: str | None, os: str) -> ImageSpec:
+    return ImageSpec(
+        reference=f"nvidia/cuda:{tag}",
+        name=f"CUDA {cuda}" + (f" + cuDNN {cudnn}" if cudnn else ""),
+        description=f"NVIDIA CUDA {cuda} runtime{' with cuDNN' if cudnn else ''} on {os}.",
+        os=os,
+        cuda=cuda,
+        cudnn=cudnn,
+        min_driver=compat.min_driver(cuda),
+    )
+
+
+def builtin_images(base_image: str) -> list[ImageSpec]:
+    return [
+        ImageSpec(
+            reference=base_image,
+            name="gpudock base (Debian bookworm)",
+            description="The local base image: Debian 12 with python3, no CUDA and no torch. "
+            "Runs on any GPU; install a torch wheel that fits (`gpudock-doctor` says which).",
+            os="Debian 12",
+            python="3.11",
+        ),
+        _torch("2.1.2", "11.8", "8", "3.10", "Ubuntu 22.04"),
+        _torch("2.4.1", "12.4", "9", "3.11", "Ubuntu 22.04"),
+        _torch("2.5.1", "12.4", "9", "3.11", "Ubuntu 22.04"),
+        _torch("2.6.0", "12.6", "9", "3.11", "Ubuntu 22.04"),
+        _torch("2.7.1", "12.8", "9", "3.11", "Ubuntu 22.04"),
+        _torch("2.8.0", "12.8", "9", None, "Ubuntu 22.04"),
+        _cuda("11.8.0-cudnn8-runtime-ubuntu22.04", "11.8", "8", "Ubuntu 22.04"),
+        _cuda("12.4.1-cudnn-runtime-ubuntu22.04", "12.4", "9", "Ubuntu 22.04"),
+        _cuda("12.8.1-cudnn-runtime-ubuntu24.04", "12.8", "9", "Ubuntu 24.04"),
+        _cuda("13.0.0-runtime-ubuntu24.04", "13.0", None, "Ubuntu 24.04"),
+    ]
+
+
+def with_size(spec: ImageSpec, size_bytes: int) -> ImageSpec:
+    return replace(spec, size_bytes=size_bytes)

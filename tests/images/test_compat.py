@@ -1,0 +1,126 @@
+"""The compatibility module against a table of known cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpudock.images import compat
+from gpudock.images.catalog import builtin_images
+
+
+def test_driver_525_cannot_run_a_cu121_wheel() -> None:
+    verdict = compat.check(cuda="12.1", driver="525.60.13", cc="8.0")
+    assert not verdict.ok
+    assert "CUDA 12.1 needs NVIDIA driver >= 530.30.02" in verdict.reason
+    assert "supports CUDA up to 12.0" in verdict.reason
+    assert "minor-version compatibility" in verdict.reason  # named, not relied upon
+
+
+def test_minor_version_compatibility_is_a_warning_when_not_strict() -> None:
+    verdict = compat.check(cuda="12.1", driver="525.60.13", cc="8.0", strict=False)
+    assert verdict.ok and verdict.warnings
+    # below the 12.x floor, minor-version compatibility does not apply either
+    assert not compat.check(cuda="12.1", driver="520.61.05", cc="8.0", strict=False).ok
+
+
+def test_driver_550_runs_cu124() -> None:
+    archs = list(compat.torch_archs("2.5.1", "cu124") or ())
+    verdict = compat.check(cuda="12.4", driver="550.54.15", cc="8.0", archs=archs)
+    assert verdict.ok, verdict.reason
+
+
+def test_rtx5090_without_sm120_is_no_kernel_image() -> None:
+    cc = compat.compute_capability("RTX5090-32GB")
+    assert cc == "12.0"
+    archs = list(compat.torch_archs("2.5.1", "cu124") or ())
+    verdict = compat.check(cuda="12.4", driver="575.51.03", cc=cc, archs=archs)
+    assert not verdict.ok
+    assert "sm_120" in verdict.reason
+
+
+def test_rtx5090_with_a_cu128_build_is_fine() -> None:
+    archs = list(compat.torch_archs("2.7.1", "cu128") or ())
+    assert compat.check(cuda="12.8", driver="570.26", cc="12.0", archs=archs).ok
+
+
+def test_cuda13_needs_a_580_driver_and_drops_volta() -> None:
+    assert not compat.check(cuda="13.0", driver="575.51.03", cc="9.0").ok
+    assert compat.check(cuda="13.0", driver="580.65.06", cc="9.0").ok
+    refused = compat.check(cuda="13.0", driver="580.65.06", cc="7.0")
+    assert not refused.ok and "7.5" in refused.reason
+
+
+@pytest.mark.parametrize(
+    ("name", "cc"),
+    [
+        ("A100-80GB", "8.0"),
+        ("NVIDIA A100-SXM4-80GB", "8.0"),
+        ("NVIDIA GeForce RTX 4090", "8.9"),
+        ("H200-140GB", "9.0"),
+        ("NVIDIA H100 80GB HBM3", "9.0"),
+        ("Tesla V100-SXM2-32GB", "7.0"),
+        ("B200-180GB", "10.0"),
+        ("Mystery-1GB", None),
+    ],
+)
+def test_gpu_names_map_to_compute_capability(name: str, cc: str | None) -> None:
+    assert compat.compute_capability(name) == cc
+
+
+@pytest.mark.parametrize(
+    ("driver", "cc", "expected"),
+    [
+        (
+            "550.54.15",
+            "8.0",
+            "pip install torch==2.7.1 --index-url https://download.pytorch.org/whl/cu118",
+        ),
+        (
+            "580.65.06",
+            "12.0",
+            "pip install torch==2.9.0 --index-url https://download.pytorch.org/whl/cu130",
+        ),
+        (
+            "525.60.13",
+            "8.6",
+            "pip install torch==2.7.1 --index-url https://download.pytorch.org/whl/cu118",
+        ),
+        (
+            "570.26",
+            "12.0",
+            "pip install torch==2.9.0 --index-url https://download.pytorch.org/whl/cu128",
+        ),
+    ],
+)
+def test_recommended_wheel_fits_driver_and_gpu(driver: str, cc: str, expected: str) -> None:
+    wheel = compat.recommend_torch(driver, cc)
+    assert wheel is not None and wheel.command == expected
+
+
+def test_no_driver_recommends_the_cpu_build() -> None:
+    wheel = compat.recommend_torch(None, None)
+    assert wheel is not None and wheel.variant == "cpu"
+
+
+def test_every_data_row_names_a_known_source() -> None:
+    data = compat.data()
+    sources = set(data["sources"])
+    rows = [
+        *data["cuda_toolkit_min_driver"],
+        *data["minor_version_compat"],
+        *data["cuda_arch_range"],
+        *data["gpus"],
+        *data["torch"],
+        *data["torch_arch_lists"].values(),
+    ]
+    assert rows and all(row["source"] in sources for row in rows)
+
+
+def test_catalog_images_agree_with_the_data() -> None:
+    catalog = {s.reference: s for s in builtin_images("gpudock/base:bookworm")}
+    cu128 = catalog["pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"]
+    assert "12.0" in cu128.compute_capabilities and cu128.min_driver == "570.26"
+    assert not cu128.verdict("550.54.15", "8.0").ok  # the simulated fleet's driver
+    assert (
+        catalog["gpudock/base:bookworm"].verdict("450.80.02", "12.0").ok
+    )  # no CUDA: runs anywhere
