@@ -1,0 +1,186 @@
+"""What every console route needs: the viewer, CSRF, rendering, HTML errors.
+
+Routes here are thin, like the API's: parse the form, call one service
+function, render. `ConsoleRoute` turns the domain error tree into HTML pages
+(the API's handlers answer JSON), and a missing login into a redirect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import Depends, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from fastapi.templating import Jinja2Templates
+
+from gpudock.errors import (
+    Conflict,
+    Forbidden,
+    GpudockError,
+    InvalidRequest,
+    NotFound,
+    RuntimeFailure,
+    Unauthenticated,
+)
+from gpudock.services import accounts
+from gpudock.services.accounts import WebSession
+from gpudock.services.context import ServiceContext
+from gpudock.web import extensions
+from gpudock.web.i18n import LANG_COOKIE, LANGUAGES, pick_language, translator
+
+SESSION_COOKIE = "gpudock_session"
+LOGIN_CSRF_COOKIE = "gpudock_login_csrf"
+CSRF_HEADER = "X-CSRF-Token"
+CSRF_FIELD = "csrf_token"
+TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+_STATUS = [(InvalidRequest, 422), (Forbidden, 403), (NotFound, 404), (Conflict, 409)]
+_TITLES = {403: "Forbidden", 404: "Not found"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+class LoginRequired(Exception):
+    """No live session: pages redirect to /login, htmx fragments ask htmx to."""
+
+
+def get_context(request: Request) -> ServiceContext:
+    context: ServiceContext = request.app.state.context
+    return context
+
+
+Context = Annotated[ServiceContext, Depends(get_context)]
+
+
+def optional_viewer(request: Request, ctx: Context) -> WebSession | None:
+    return accounts.resolve_session(ctx, request.cookies.get(SESSION_COOKIE))
+
+
+def get_viewer(viewer: Annotated[WebSession | None, Depends(optional_viewer)]) -> WebSession:
+    if viewer is None:
+        raise LoginRequired
+    return viewer
+
+
+Viewer = Annotated[WebSession, Depends(get_viewer)]
+
+
+def get_admin_viewer(viewer: Viewer) -> WebSession:
+    if not viewer.user.is_admin:
+        raise Forbidden("this page is for admins")
+    return viewer
+
+
+AdminViewer = Annotated[WebSession, Depends(get_admin_viewer)]
+
+
+async def _submitted_csrf(request: Request) -> str | None:
+    header = request.headers.get(CSRF_HEADER)
+    if header:
+        return header
+    form = await request.form()
+    value = form.get(CSRF_FIELD)
+    return value if isinstance(value, str) else None
+
+
+async def check_csrf(request: Request, viewer: Viewer) -> WebSession:
+    """Every POST of a logged-in user carries the session's CSRF token."""
+    if not accounts.csrf_matches(viewer.csrf_token, await _submitted_csrf(request)):
+        raise Forbidden("missing or wrong CSRF token: reload the page and try again")
+    return viewer
+
+
+CsrfViewer = Annotated[WebSession, Depends(check_csrf)]
+
+
+async def check_login_csrf(request: Request) -> None:
+    """Before login there is no session: the form's token must match a cookie."""
+    cookie = request.cookies.get(LOGIN_CSRF_COOKIE) or ""
+    if not cookie or not accounts.csrf_matches(cookie, await _submitted_csrf(request)):
+        raise Forbidden("missing or wrong CSRF token: reload the page and try again")
+
+
+def language(request: Request) -> str:
+    return pick_language(request.cookies.get(LANG_COOKIE), request.headers.get("accept-language"))
+
+
+def render(
+    request: Request,
+    template: str,
+    viewer: WebSession | None,
+    status_code: int = 200,
+    **values: Any,
+) -> HTMLResponse:
+    lang = language(request)
+    context = {
+        "request": request,
+        "lang": lang,
+        "languages": LANGUAGES,
+        "t": translator(lang),
+        "viewer": viewer,
+        "user": viewer.user if viewer else None,
+        "csrf_token": viewer.csrf_token if viewer else values.pop("csrf_token", ""),
+        "nav_extra": extensions.nav_entries(viewer.user.is_admin) if viewer else [],
+        "path": request.url.path,
+        **values,
+    }
+    response = TEMPLATES.TemplateResponse(request, template, context, status_code=status_code)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
+def is_htmx(request: Request) -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def redirect(url: str) -> RedirectResponse:
+    return RedirectResponse(url, status_code=303)
+
+
+def _error_page(request: Request, exc: GpudockError) -> Response:
+    status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 500)
+    if isinstance(exc, RuntimeFailure):
+        status = 502
+    if isinstance(exc, Unauthenticated):
+        return _login_redirect(request)
+    viewer = optional_viewer(request, get_context(request))
+    title = _TITLES.get(status, "Something went wrong")
+    return render(request, "error.html", viewer, status, title=title, message=exc.message)
+
+
+def _login_redirect(request: Request) -> Response:
+    target = "/login?next=" + quote(request.url.path)
+    if is_htmx(request):
+        return Response(status_code=401, headers={"HX-Redirect": target})
+    return redirect(target)
+
+
+class ConsoleRoute(APIRoute):
+    """Domain errors become HTML error pages; no session becomes a login redirect."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except LoginRequired:
+                return _login_redirect(request)
+            except GpudockError as exc:
+                return _error_page(request, exc)
+
+        return handle
+
+
+def get_admin_csrf_viewer(viewer: CsrfViewer) -> WebSession:
+    return get_admin_viewer(viewer)
+
+
+AdminCsrfViewer = Annotated[WebSession, Depends(get_admin_csrf_viewer)]

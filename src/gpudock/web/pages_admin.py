@@ -1,0 +1,68 @@
+"""Operator pages (admins only): hosts and GPUs with their tenants; users."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request, Response
+
+from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.services import accounts, inventory, overview, users
+from gpudock.services.accounts import WebSession
+from gpudock.services.context import ServiceContext
+from gpudock.web.deps import AdminCsrfViewer, AdminViewer, ConsoleRoute, Context, render
+
+router = APIRouter(prefix="/admin", route_class=ConsoleRoute, include_in_schema=False)
+
+
+def _hosts_values(ctx: ServiceContext) -> dict[str, Any]:
+    """Hosts with their GPUs, and for each allocated GPU its instance and owner."""
+    return {"hosts": inventory.list_hosts(ctx), "tenants": overview.gpu_tenants(ctx)}
+
+
+@router.get("/hosts")
+def hosts(request: Request, ctx: Context, viewer: AdminViewer) -> Response:
+    return render(request, "admin_hosts.html", viewer, **_hosts_values(ctx))
+
+
+@router.get("/hosts/live")
+def hosts_live(request: Request, ctx: Context, viewer: AdminViewer) -> Response:
+    return render(request, "fragments/hosts_live.html", viewer, **_hosts_values(ctx))
+
+
+def _users_page(
+    request: Request,
+    ctx: Context,
+    viewer: WebSession,
+    status_code: int = 200,
+    **values: object,
+) -> Response:
+    values = {"created": None, "token": None, "error": None, **values}
+    return render(
+        request, "admin_users.html", viewer, status_code, users=users.list_users(ctx), **values
+    )
+
+
+@router.get("/users")
+def users_page(request: Request, ctx: Context, viewer: AdminViewer) -> Response:
+    return _users_page(request, ctx, viewer)
+
+
+@router.post("/users")
+def create_user(
+    request: Request,
+    ctx: Context,
+    viewer: AdminCsrfViewer,
+    name: Annotated[str, Form(max_length=64)],
+    password: Annotated[str, Form(max_length=accounts.MAX_PASSWORD)] = "",
+    is_admin: Annotated[bool, Form()] = False,
+) -> Response:
+    try:
+        if password:
+            accounts.check_password_rules(password)
+        created = users.create_user(ctx, name.strip(), is_admin=is_admin)
+        if password:
+            accounts.set_password(ctx, created.user.name, password)
+    except (InvalidRequest, Conflict, NotFound) as exc:
+        return _users_page(request, ctx, viewer, 422, error=exc.message, name=name)
+    return _users_page(request, ctx, viewer, 201, created=created.user.name, token=created.token)

@@ -1,0 +1,146 @@
+"""The console end to end: Chromium, uvicorn, the reconciler and real containers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+from gpudock.runtime.docker import DockerRuntime
+from gpudock.services import accounts, containers, users
+from gpudock.services.platform import Platform
+from tests.conftest import PlatformFactory
+from tests.docker_helpers import docker_client, remove_cluster_objects
+from tests.web.browser import chromium, screenshot_dir, serve
+from tests.web.conftest import PASSWORD, make_user
+
+pytestmark = pytest.mark.docker
+WAIT_MS = 90_000
+
+
+@pytest.fixture
+def engine() -> docker.DockerClient:
+    return docker_client()
+
+
+@pytest.fixture
+def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
+    platform = platform_factory(runtime=DockerRuntime(), stop_timeout_s=1)
+    make_user(platform, "alice")
+    accounts.set_password(platform.ctx, users.ADMIN_NAME, PASSWORD)
+    yield platform
+    remove_cluster_objects(engine, platform.ctx.cluster_id)
+
+
+def log_in(page: Page, url: str, name: str) -> None:
+    if "/login" not in page.url:
+        page.goto(f"{url}/login")
+    page.fill("input[name=username]", name)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("a.who")).to_contain_text(name)
+
+
+def status(page: Page) -> Locator:
+    return page.locator("#instance-live [data-status]").first
+
+
+def container_state(engine: docker.DockerClient, platform: Platform, instance_id: str) -> str:
+    name = containers.container_name(platform.ctx.cluster_id, instance_id)
+    state: str = engine.containers.get(name).status
+    return state
+
+
+def test_user_and_operator_journey_in_chromium(
+    real: Platform, engine: docker.DockerClient, tmp_path: Path
+) -> None:
+    shots = screenshot_dir(tmp_path)
+    with serve(real) as url, chromium() as browser:
+        context = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
+        page = context.new_page()
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.goto(f"{url}/instances")
+        expect(page).to_have_url(f"{url}/login?next=/instances")
+        page.screenshot(path=shots / "login.png")
+        log_in(page, url, "alice")
+        expect(page).to_have_url(f"{url}/instances")
+        instance_id = create_and_watch(page, url, shots)
+        assert container_state(engine, real, instance_id) == "running"  # a real container
+        ssh = page.locator("#ssh-command")
+        if ssh.count():  # the SSH gateway (issue 3) is installed
+            page.click("button[data-copy]")
+            expect(page.locator("button[data-copy]")).to_have_text("Copied")
+            copied = page.evaluate("navigator.clipboard.readText()")
+            assert copied == ssh.inner_text() and copied.startswith("ssh ")
+        else:
+            expect(page.locator("body")).not_to_contain_text("docker exec")
+        stop_and_start(page, engine, real, instance_id)
+        switch_languages(page, shots)
+        page.goto(f"{url}/")
+        page.screenshot(path=shots / "dashboard.png", full_page=True)
+        page.goto(f"{url}/instances")
+        expect(page.locator(f"tr[data-instance={instance_id}]")).to_contain_text("running")
+        page.screenshot(path=shots / "instances.png", full_page=True)
+        page.click("header form button")  # log out
+        expect(page).to_have_url(f"{url}/login")
+        operator(page, url, shots)
+
+
+def create_and_watch(page: Page, url: str, shots: Path) -> str:
+    page.click("text=New instance")
+    page.select_option("select[name=gpu_model]", "RTX4090-24GB")
+    expect(page.locator("#availability")).to_contain_text("2 of 2 free")
+    page.fill("input[name=name]", "web-demo")
+    page.fill("input[name=gpu_count]", "3")
+    page.click("#create-form button[type=submit]")
+    expect(page.locator(".field-error")).to_contain_text("at most 2")  # the service's message
+    page.fill("input[name=gpu_count]", "1")
+    page.screenshot(path=shots / "instance-new.png", full_page=True)
+    page.click("#create-form button[type=submit]")
+    expect(page.locator("h1")).to_contain_text("web-demo")
+    expect(status(page)).to_have_attribute("data-status", "running", timeout=WAIT_MS)
+    page.screenshot(path=shots / "instance.png", full_page=True)
+    return page.url.rsplit("/", 1)[1]
+
+
+def stop_and_start(
+    page: Page, engine: docker.DockerClient, platform: Platform, instance_id: str
+) -> None:
+    page.click("button[data-action=stop]")
+    expect(status(page)).to_have_attribute("data-status", "stopped", timeout=WAIT_MS)
+    assert container_state(engine, platform, instance_id) == "exited"
+    page.click("button[data-action=start]")
+    expect(status(page)).to_have_attribute("data-status", "running", timeout=WAIT_MS)
+    assert container_state(engine, platform, instance_id) == "running"
+    expect(page.locator("ol.timeline li")).to_have_count(8)
+
+
+def switch_languages(page: Page, shots: Path) -> None:
+    page.click("a.lang[data-lang=zh-CN]")
+    expect(page.locator("html")).to_have_attribute("lang", "zh-CN")
+    expect(status(page)).to_have_text("运行中")
+    expect(page.locator("header nav")).to_contain_text("实例")
+    page.screenshot(path=shots / "instance-zh-CN.png", full_page=True)
+    page.click("a.lang[data-lang=en]")
+    expect(page.locator("html")).to_have_attribute("lang", "en")
+    expect(status(page)).to_have_text("running")
+
+
+def operator(page: Page, url: str, shots: Path) -> None:
+    log_in(page, url, "admin")
+    page.click("text=Hosts & GPUs")
+    host = page.locator("section[data-host=sim1-rtx4090-24gb]")
+    expect(host).to_contain_text("web-demo")
+    expect(host).to_contain_text("(alice)")
+    expect(host.locator("[data-state=healthy]")).to_have_count(2)
+    page.screenshot(path=shots / "admin-hosts.png", full_page=True)
+    page.click("header nav >> text=Users")
+    page.fill("input[name=name]", "carol")
+    page.click("main form button[type=submit]")
+    expect(page.locator("#new-token")).to_contain_text("gpd_")
+    expect(page.locator("tr[data-user=carol]")).to_be_visible()
+    page.screenshot(path=shots / "admin-users.png", full_page=True)
