@@ -8,8 +8,10 @@ cd "$(dirname "$0")/.."
 with_tests=0
 [ "${1:-}" = "--tests" ] && with_tests=1
 
-packages=(docker.io debootstrap ca-certificates curl)
-[ $with_tests = 1 ] && packages+=(postgresql openssh-client)
+packages=(docker.io debootstrap ca-certificates curl openssh-client)  # ssh, ssh-keygen: the demo's key
+[ $with_tests = 1 ] && packages+=(postgresql openssh-client rsync)  # SSH gateway tests: rsync
+# The console's browser tests drive Debian's Chromium through Playwright (never `playwright install`).
+[ $with_tests = 1 ] && packages+=(chromium fonts-noto-cjk)
 python3 -c 'import venv, ensurepip' 2>/dev/null || packages+=(python3-venv)
 missing=()
 for pkg in "${packages[@]}"; do

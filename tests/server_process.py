@@ -58,6 +58,7 @@ class ServerProcess:
             "GPUDOCK_IMAGE_PULL": "never",
             "GPUDOCK_RECONCILE_INTERVAL_S": "0.5",
             "GPUDOCK_HEALTH_CHECK_INTERVAL_S": "1",
+            "GPUDOCK_SSH_PORT": "0",  # the SSH gateway on any free port, never 2222
             **self.env,
             **extra_env,
         }

@@ -6,6 +6,7 @@
      ├── Forbidden             authenticated, but not allowed         → 403
      ├── NotFound              unknown id, or another tenant's        → 404
      ├── Conflict              valid input, wrong state for it        → 409
+     ├── PaymentRequired       balance or budget does not cover it    → 402
      └── RuntimeFailure        the container engine failed            → 502
           └── RuntimeUnavailable   the engine cannot be reached       → 503
 
@@ -46,6 +47,10 @@ class NotFound(GpudockError):
 
 class Conflict(GpudockError):
     code = "conflict"
+
+
+class PaymentRequired(GpudockError):
+    code = "payment_required"
 
 
 class RuntimeFailure(GpudockError):

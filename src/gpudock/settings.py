@@ -65,10 +65,70 @@ class Settings(BaseSettings):
     default_disk_gb: int = Field(default=50, gt=0)
     max_disk_gb: int = Field(default=10_000, gt=0)
 
+    # -- web console (issue 8) ---------------------------------------------
+    session_cookie_secure: bool = Field(
+        default=False,
+        description="Mark the console's cookies Secure (set it when served over HTTPS).",
+    )
+    session_ttl_h: float = Field(
+        default=12.0, gt=0, le=24 * 30, description="How long a console login lasts (hours)."
+    )
+
+    # -- SSH gateway (issue 3) ----------------------------------------------
+    ssh_enabled: bool = Field(
+        default=True, description="Run the SSH gateway inside `gpudock server`."
+    )
+    ssh_host: str = Field(default="127.0.0.1", description="Address the SSH gateway listens on.")
+    ssh_port: int = Field(
+        default=2222, ge=0, le=65535, description="SSH gateway port (0: any free port)."
+    )
+    ssh_public_host: str | None = Field(
+        default=None,
+        description="Host name printed in ssh commands; default: ssh_host "
+        "(or this machine's name when ssh_host is a wildcard address).",
+    )
+    ssh_keepalive_interval_s: float = Field(
+        default=30.0, gt=0, description="Keepalive probe interval on idle SSH connections."
+    )
+    ssh_keepalive_count_max: int = Field(
+        default=3, ge=1, description="Unanswered keepalives before a connection is dropped."
+    )
+    ssh_login_timeout_s: float = Field(
+        default=30.0, gt=0, description="Time a client has to authenticate."
+    )
+
     # -- test-only: named points at which the server SIGKILLs itself -------
     crash_points: str = Field(
         default="",
         description="Comma-separated crash points (tests only); empty in production.",
+    )
+
+    # -- billing (issue 4) ------------------------------------------------
+    currency: str = Field(
+        default="CNY",
+        pattern="^[A-Z]{3}$",
+        description="ISO 4217 code shown next to amounts; amounts are integer micro-units.",
+    )
+    billing_min_balance_seconds: int = Field(
+        default=3600,
+        ge=0,
+        description="Create and start need a balance covering this many seconds at the "
+        "instance's price (checked again at placement). Free (unpriced) requests skip it.",
+    )
+    billing_charge_period_s: int = Field(
+        default=60, ge=1, le=3600, description="Running instances are charged per whole period."
+    )
+    billing_storage_period_s: int = Field(
+        default=3600, ge=1, le=86_400, description="Stopped disks are charged per whole period."
+    )
+    billing_tick_s: float = Field(
+        default=5.0, gt=0, description="How often the reconciler runs the charging pass."
+    )
+    billing_low_balance_warn_s: int = Field(
+        default=600,
+        ge=0,
+        description="Warn (an instance event) when the balance lasts less than this many "
+        "seconds at the current burn rate.",
     )
 
     @field_validator("data_dir")

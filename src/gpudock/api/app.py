@@ -9,9 +9,10 @@ from fastapi import APIRouter, FastAPI
 
 from gpudock import __version__
 from gpudock.api.errors import install_error_handlers
-from gpudock.api.routers import gpus, instances, users
+from gpudock.api.routers import billing, gpus, images, instances, ssh, users
 from gpudock.api.schemas import ErrorPublic
 from gpudock.services.platform import Platform
+from gpudock.web.console import mount_console
 
 API_PREFIX = "/api/v1"
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
@@ -25,9 +26,15 @@ def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if run_reconciler:
             platform.start()
+        started = []  # sidecars (the SSH gateway) share this event loop
         try:
+            for sidecar in platform.sidecars:
+                await sidecar.start()
+                started.append(sidecar)
             yield
         finally:
+            for sidecar in reversed(started):
+                await sidecar.stop()
             if run_reconciler:
                 platform.reconciler.stop()
 
@@ -41,12 +48,22 @@ def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
     app.state.platform = platform
     install_error_handlers(app)
     api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    for router in (users.router, gpus.router, instances.router):
+    for router in (
+        users.router,
+        gpus.router,
+        instances.router,
+        images.router,
+        images.instance_router,
+        billing.router,
+        ssh.router,
+    ):
         api.include_router(router)
     app.include_router(api)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    mount_console(app)  # the web console at / (issue 8); the API stays under /api/v1
 
     return app

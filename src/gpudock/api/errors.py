@@ -15,6 +15,7 @@ from gpudock.errors import (
     GpudockError,
     InvalidRequest,
     NotFound,
+    PaymentRequired,
     RuntimeFailure,
     RuntimeUnavailable,
     Unauthenticated,
@@ -26,6 +27,7 @@ STATUS_BY_ERROR: list[tuple[type[GpudockError], int]] = [
     (Forbidden, 403),
     (NotFound, 404),
     (Conflict, 409),
+    (PaymentRequired, 402),
     (RuntimeUnavailable, 503),
     (RuntimeFailure, 502),
 ]

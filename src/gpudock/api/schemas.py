@@ -42,7 +42,9 @@ class GpuModelPublic(BaseModel):
     hosts: int
     max_per_host: int
     price_per_hour: str | None = Field(
-        default=None, description="Placeholder until billing sets prices."
+        default=None,
+        description='Per GPU-hour, a decimal string of currency units ("3.6"); '
+        "null when no price is set (free).",
     )
 
 
@@ -101,6 +103,9 @@ class InstancePublic(BaseModel):
     container_id: str | None
     created_at: datetime
     updated_at: datetime
+    ssh_command: str | None = Field(
+        default=None, description="How to reach it through the SSH gateway (None: no gateway)."
+    )
 
 
 class InstanceEventPublic(BaseModel):
@@ -108,3 +113,58 @@ class InstanceEventPublic(BaseModel):
     from_status: str | None
     to_status: str
     message: str
+
+
+class PasswordSetRequest(BaseModel):
+    """A console password (issue 8): argon2id-hashed, never stored or shown in clear."""
+
+    model_config = ConfigDict(extra="forbid")
+    password: str = Field(min_length=8, max_length=1024)
+
+
+# -- SSH keys, sessions and the gateway (issue 3) --
+
+
+class SshKeyCreateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    public_key: str = Field(
+        min_length=1,
+        max_length=16_384,
+        description="One OpenSSH public key line (the .pub file): ed25519, ecdsa or rsa ≥ 2048.",
+        examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI… alice@laptop"],
+    )
+    name: str | None = Field(
+        default=None, max_length=128, description="Default: the key's comment."
+    )
+
+
+class SshKeyPublic(BaseModel):
+    id: str
+    name: str
+    algorithm: str
+    bits: int
+    fingerprint: str = Field(description="SHA256:…, as `ssh-keygen -lf` prints it")
+    public_key: str
+    created_at: datetime
+    last_used_at: datetime | None
+
+
+class SshSessionPublic(BaseModel):
+    id: int
+    outcome: str = Field(description="open, closed, or refused (with the reason)")
+    reason: str
+    login: str
+    user_id: str | None
+    client_address: str
+    key_fingerprint: str | None
+    started_at: datetime
+    ended_at: datetime | None
+    bytes_in: int = Field(description="Client → instance")
+    bytes_out: int = Field(description="Instance → client")
+
+
+class SshEndpointPublic(BaseModel):
+    host: str
+    port: int
+    host_key: str = Field(description="The gateway's host key, for known_hosts")
+    host_key_fingerprint: str

@@ -9,6 +9,8 @@ httpx exceptions and HTTP error responses become CliError here and nowhere else.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Self
 
@@ -81,13 +83,45 @@ class ApiClient:
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def stream_ndjson(
+        self,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        content: bytes | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """POST, then yield each JSON line of the answer as it arrives (builds, validation)."""
+        headers = {"Content-Type": "application/x-tar"} if content is not None else None
         try:
-            response = self._http.request(method, path, json=body)
+            with self._http.stream(
+                "POST",
+                path,
+                params=params,
+                content=content,
+                json=body,
+                headers=headers,
+                timeout=httpx.Timeout(30.0, read=None),
+            ) as response:
+                if response.is_error:
+                    response.read()
+                    raise _http_error(response)
+                for line in response.iter_lines():
+                    if line.strip():
+                        yield json.loads(line)
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from exc
-        if response.is_error:
-            raise _http_error(response)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
+        response = self._send(method, path, body, params=params, headers=headers)
         try:
             return response.json()
         except ValueError as exc:
@@ -95,6 +129,27 @@ class ApiClient:
                 f"the server at {self.url} answered {method} {path} with something other "
                 "than JSON: is that URL a gpudock server?"
             ) from exc
+
+    def get_text(self, path: str, params: dict[str, str] | None = None) -> str:
+        """GET a non-JSON answer (e.g. CSV) as text."""
+        return self._send("GET", path, None, params=params).text
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, json=body, params=params, headers=headers)
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from exc
+        if response.is_error:
+            raise _http_error(response)
+        return response
 
     def _transport_error(self, exc: httpx.HTTPError) -> CliError:
         if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):

@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 
 from gpudock.cli import output
 from gpudock.cli.client import CliError
-from gpudock.cli.commands import gpus, images, instances, server, users
+from gpudock.cli.commands import billing, doctor, gpus, images, instances, keys, server, ssh, users
 
 
 class CliGroup(TyperGroup):
@@ -41,7 +41,14 @@ app.add_typer(users.app, name="users")
 app.command("gpus")(gpus.list_gpus)
 app.command("hosts")(gpus.list_hosts)
 app.add_typer(instances.app, name="instances")
+app.add_typer(keys.app, name="keys")
+app.command("ssh")(ssh.ssh)
+app.command("ssh-config")(ssh.ssh_config)
 app.add_typer(images.app, name="images")
+app.add_typer(billing.app, name="billing")
+app.add_typer(billing.admin_app, name="admin")
+app.command("doctor")(doctor.doctor)
+app.add_typer(doctor.env_app, name="env")
 
 
 def main() -> None:

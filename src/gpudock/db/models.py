@@ -12,7 +12,9 @@ import enum
 from datetime import UTC, datetime
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Enum,
     Float,
@@ -221,3 +223,215 @@ class InstanceEventModel(Base):
     from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
     to_status: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text, default="")
+
+
+# -- console accounts (issue 8) --
+
+
+class UserPasswordModel(Base):
+    """A console password: an argon2id hash, one per user (API tokens live apart)."""
+
+    __tablename__ = "user_passwords"
+    user_id: Mapped[str] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    password_hash: Mapped[str] = mapped_column(String(256))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class WebSessionModel(Base):
+    """A console login; the cookie holds a random value, the row only its SHA-256."""
+
+    __tablename__ = "web_sessions"
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    user: Mapped[UserModel] = relationship()
+
+
+# -- image catalog (issue 7) --
+
+
+class ImageModel(Base):
+    """A registered image: built here, saved from an instance, or added by hand.
+
+    The built-in public catalog lives in code (`images.catalog`); these rows
+    add to it. `compute_capabilities` is a JSON list ('[]': no constraint).
+    """
+
+    __tablename__ = "images"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    reference: Mapped[str] = mapped_column(String(512), unique=True)
+    name: Mapped[str] = mapped_column(String(128))
+    description: Mapped[str] = mapped_column(Text, default="")
+    os: Mapped[str] = mapped_column(String(64), default="")
+    python: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    framework: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    framework_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    cuda: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    cudnn: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    min_driver: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    compute_capabilities: Mapped[str] = mapped_column(Text, default="[]")
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    visibility: Mapped[str] = mapped_column(String(16))
+    origin: Mapped[str] = mapped_column(String(16))
+    owner_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), nullable=True, index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# -- billing (issue 4) --
+# Money is integer micro-units (BigInteger) everywhere; see gpudock.billing.
+_BIG_ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER only
+
+
+class BillingAccountModel(Base):
+    """A ledger account: `user:<id>`, `revenue:compute`, `revenue:storage`, `external:topups`."""
+
+    __tablename__ = "billing_accounts"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str | None] = mapped_column(ForeignKey("users.id"), nullable=True, unique=True)
+    balance_micro: Mapped[int] = mapped_column(
+        BigInteger,
+        default=0,
+        comment="cache of credits minus debits, updated in each posting's transaction",
+    )
+    monthly_budget_micro: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class BillingIntervalModel(Base):
+    """One stretch of chargeable time of one instance, its rate frozen when it opened."""
+
+    __tablename__ = "billing_intervals"
+    __table_args__ = (
+        Index(
+            "uq_billing_intervals_open",
+            "instance_id",
+            "kind",
+            unique=True,
+            sqlite_where=text("closed_at IS NULL"),
+            postgresql_where=text("closed_at IS NULL"),
+        ),
+        Index("ix_billing_intervals_user_closed", "user_id", "closed_at"),
+    )
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    kind: Mapped[str] = mapped_column(String(16), comment="compute | storage")
+    opened_at: Mapped[datetime] = mapped_column(UTCDateTime, comment="the runtime's time")
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    gpu_model: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    disk_gb: Mapped[int] = mapped_column(Integer, default=0)
+    unit_price_micro: Mapped[int] = mapped_column(BigInteger)
+    rate_micro: Mapped[int] = mapped_column(BigInteger)
+    rate_per_s: Mapped[int] = mapped_column(Integer, comment="3600 (per hour) or 86400 (per day)")
+    charged_seconds: Mapped[int] = mapped_column(BigInteger, default=0)
+    warned: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class BillingPostingModel(Base):
+    """Append-only: `amount_micro` moves from `debit_account` to `credit_account`."""
+
+    __tablename__ = "billing_postings"
+    __table_args__ = (
+        CheckConstraint("amount_micro > 0", name="ck_billing_postings_amount_positive"),
+        Index("ix_billing_postings_user_at", "user_id", "at"),
+    )
+    id: Mapped[int] = mapped_column(_BIG_ID, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(200), unique=True, comment="idempotency key")
+    kind: Mapped[str] = mapped_column(String(16))
+    debit_account: Mapped[str] = mapped_column(ForeignKey("billing_accounts.id"), index=True)
+    credit_account: Mapped[str] = mapped_column(ForeignKey("billing_accounts.id"), index=True)
+    amount_micro: Mapped[int] = mapped_column(BigInteger)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, comment="when the money moved")
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    instance_id: Mapped[str | None] = mapped_column(ForeignKey("instances.id"), nullable=True)
+    interval_id: Mapped[str | None] = mapped_column(
+        ForeignKey("billing_intervals.id"), nullable=True, index=True
+    )
+    from_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    to_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    seconds: Mapped[int] = mapped_column(BigInteger, default=0)
+    gpu_model: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    rate_micro: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    rate_per_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    request_digest: Mapped[str | None] = mapped_column(
+        String(64), nullable=True, comment="what a top-up asked for, to refuse a reused key"
+    )
+
+
+class BillingPriceModel(Base):
+    """Admin prices: `gpu:<model>` per GPU-hour, `no_gpu` per hour, `disk` per GB-day."""
+
+    __tablename__ = "billing_prices"
+    key: Mapped[str] = mapped_column(String(80), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    gpu_model: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    amount_micro: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+
+# -- SSH keys and sessions (issue 3) --
+
+
+class SshKeyModel(Base):
+    """A user's SSH public key; the SSH gateway finds keys by fingerprint.
+
+    A key belongs to one user only (the fingerprint is unique), so a key
+    names exactly one person when it authenticates.
+    """
+
+    __tablename__ = "ssh_keys"
+    __table_args__ = (Index("uq_ssh_keys_user_name", "user_id", "name", unique=True),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    algorithm: Mapped[str] = mapped_column(String(64), comment="e.g. ssh-ed25519")
+    bits: Mapped[int] = mapped_column(Integer)
+    fingerprint: Mapped[str] = mapped_column(
+        String(64), unique=True, comment="SHA256:… as `ssh-keygen -lf` prints it"
+    )
+    public_key: Mapped[str] = mapped_column(Text, comment="'<algorithm> <base64>', no comment")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class SshSessionOutcome(enum.StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+    REFUSED = "refused"
+
+
+class SshSessionModel(Base):
+    """The SSH audit trail: one row per authenticated connection (open, then
+    closed with its byte counts) and one per refused attempt, with the reason."""
+
+    __tablename__ = "ssh_sessions"
+    __table_args__ = (Index("ix_ssh_sessions_instance_started", "instance_id", "started_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_id: Mapped[str | None] = mapped_column(ForeignKey("instances.id"), nullable=True)
+    user_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    login: Mapped[str] = mapped_column(String(128), comment="the SSH user name as sent")
+    client_address: Mapped[str] = mapped_column(String(64))
+    key_fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    outcome: Mapped[SshSessionOutcome] = mapped_column(_enum_column(SshSessionOutcome))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    bytes_in: Mapped[int] = mapped_column(BigInteger, default=0, comment="client → instance")
+    bytes_out: Mapped[int] = mapped_column(BigInteger, default=0, comment="instance → client")

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -70,6 +72,15 @@ class VolumeState:
 class ExecResult:
     exit_code: int
     output: bytes
+
+
+@dataclass(frozen=True)
+class BuildLine:
+    """One event of an image build: a log line, or the final error or image id."""
+
+    text: str | None = None
+    error: str | None = None
+    image_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,3 +154,81 @@ class Runtime(Protocol):
     def exec_in_container(self, container_id: str, command: list[str]) -> ExecResult:
         """Run a command to completion inside a running container."""
         ...
+
+    # -- images (issue 7) ----------------------------------------------------
+    def build_image(
+        self, context_tar: bytes, dockerfile: str, tag: str, labels: dict[str, str]
+    ) -> Iterator[BuildLine]:
+        """Build `tag` from a tar build context without network access, yielding
+        the engine's log as it comes; the last event carries `image_id` or
+        `error` (the engine's message, unchanged). Never pulls base images."""
+        ...
+
+    def image_size(self, ref: str) -> int | None:
+        """The image's size in bytes, or None if the engine lacks it."""
+        ...
+
+    def put_file(self, container_id: str, path: str, data: bytes, mode: int = 0o755) -> None:
+        """Write one file into a (created or running) container."""
+        ...
+
+    def run_once(
+        self, image: str, command: list[str], files: dict[str, bytes], timeout_s: float
+    ) -> ExecResult:
+        """Run `command` in a throwaway container of `image` (no network, no GPUs)
+        with `files` written first (mode 0755); return its exit code and output."""
+        ...
+
+    # -- exec streams (issue 3: the SSH gateway) -------------------------------
+    def open_exec_stream(
+        self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
+    ) -> ExecStream:
+        """Start `command` in the running container with stdin, stdout and stderr
+        attached (one stream through a pseudo-terminal when `tty`); see `ExecStream`.
+        Returns once the process runs; `RuntimeFailure` if the container is not running."""
+        ...
+
+    def resize_exec(self, exec_id: str, width: int, height: int) -> None:
+        """Set the terminal size of a `tty` exec; silent if it has ended."""
+        ...
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        """The exec's exit code once its process has ended; None while it runs."""
+        ...
+
+
+# -- exec streams (issue 3: the SSH gateway) -----------------------------------
+STDOUT = 1
+STDERR = 2
+
+
+class OutputDecoder(Protocol):
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """Split bytes read from an exec stream into `(STDOUT | STDERR, payload)`
+        pieces, keeping any incomplete framing for the next call."""
+        ...
+
+
+class RawOutput:
+    """A terminal stream: unframed, all of it the terminal's output."""
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        return [(STDOUT, data)] if data else []
+
+
+@dataclass
+class ExecStream:
+    """A process running in a container, attached over a plain socket.
+
+    - `sock` is connected and non-blocking, and the caller owns it: what it
+      writes is the process's stdin, `shutdown(SHUT_WR)` closes that stdin, and
+      closing the socket detaches (the process keeps running until it ends).
+    - `initial` is output the runtime already read from `sock`: decode it first.
+    - Everything read goes through `decoder`, which knows the runtime's framing.
+    """
+
+    exec_id: str
+    sock: socket.socket
+    initial: bytes
+    decoder: OutputDecoder
+    tty: bool

@@ -6,19 +6,25 @@ logic can be tested fast and deterministically.
 
 from __future__ import annotations
 
+import io
 import itertools
+import socket
+import tarfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime.base import (
+    BuildLine,
     ContainerSpec,
     ContainerState,
     EngineInfo,
     ExecResult,
+    ExecStream,
     ImageNotFound,
+    RawOutput,
     VolumeState,
 )
 
@@ -36,6 +42,9 @@ class FakeRuntime:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     containers: dict[str, _Container] = field(default_factory=dict)
     volumes: dict[str, VolumeState] = field(default_factory=dict)
+    files: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    run_results: dict[str, ExecResult] = field(default_factory=dict)
+    exec_codes: dict[str, int | None] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -131,6 +140,67 @@ class FakeRuntime:
     def exec_in_container(self, container_id: str, command: list[str]) -> ExecResult:
         self._get(container_id)
         return ExecResult(exit_code=0, output=b"")
+
+    # -- images (issue 7) ----------------------------------------------------
+    def build_image(
+        self, context_tar: bytes, dockerfile: str, tag: str, labels: dict[str, str]
+    ) -> Iterator[BuildLine]:
+        """Echo the Dockerfile's steps; `FROM` needs a present image and
+        `RUN false` fails, as the engine would say it."""
+        with tarfile.open(fileobj=io.BytesIO(context_tar)) as tar:
+            member = tar.extractfile(dockerfile)
+            lines = member.read().decode().splitlines() if member else []
+        steps = [line for line in lines if line.strip() and not line.startswith("#")]
+        for number, step in enumerate(steps, 1):
+            yield BuildLine(text=f"Step {number}/{len(steps)} : {step}")
+            word, _, rest = step.partition(" ")
+            if word.upper() == "FROM" and rest.split()[0] not in self.images:
+                yield BuildLine(error=f"pull access denied for {rest.split()[0]}")
+                return
+            if word.upper() == "RUN" and rest.strip() == "false":
+                yield BuildLine(error="The command '/bin/sh -c false' returned a non-zero code: 1")
+                return
+        self.images.add(tag)
+        yield BuildLine(image_id=f"sha256:{next(self._ids):064d}")
+
+    def image_size(self, ref: str) -> int | None:
+        return 1_000_000 if ref in self.images else None
+
+    def put_file(self, container_id: str, path: str, data: bytes, mode: int = 0o755) -> None:
+        self.files[(self._get(container_id).state.id, path)] = data
+
+    def run_once(
+        self, image: str, command: list[str], files: dict[str, bytes], timeout_s: float
+    ) -> ExecResult:
+        if image not in self.images:
+            raise ImageNotFound(f"image {image!r} not found")
+        passing = b'[{"check": "fake runtime", "ok": true, "detail": ""}]\n'
+        return self.run_results.get(image, ExecResult(exit_code=0, output=passing))
+
+    # -- exec streams (issue 3): every attached exec behaves like `cat` -------
+    def open_exec_stream(
+        self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
+    ) -> ExecStream:
+        if not self._get(container_id).state.running:
+            raise RuntimeFailure(f"container {container_id} is not running")
+        ours, theirs = socket.socketpair()
+        exec_id = f"fakeexec{next(self._ids):08d}"
+        self.exec_codes[exec_id] = None
+        threading.Thread(target=self._echo, args=(exec_id, theirs), daemon=True).start()
+        ours.setblocking(False)
+        return ExecStream(exec_id=exec_id, sock=ours, initial=b"", decoder=RawOutput(), tty=tty)
+
+    def _echo(self, exec_id: str, sock: socket.socket) -> None:
+        with sock:
+            while data := sock.recv(1 << 16):
+                sock.sendall(data)
+            self.exec_codes[exec_id] = 0
+
+    def resize_exec(self, exec_id: str, width: int, height: int) -> None:
+        return None
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        return self.exec_codes.get(exec_id)
 
     def spec_of(self, name_or_id: str) -> ContainerSpec:
         return self._get(name_or_id).spec

@@ -23,7 +23,7 @@ from gpudock.db.models import (
     UserModel,
 )
 from gpudock.errors import Conflict, InvalidRequest, NotFound
-from gpudock.services import sizing
+from gpudock.services import billing, images, metering, sizing
 from gpudock.services.context import ServiceContext
 
 S = InstanceStatus
@@ -82,6 +82,7 @@ def switch_instance_status(
             message=reason,
         )
     )
+    metering.on_transition(session, instance, old, new, at)  # issue 4: intervals open/close
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ def create_instance(
     _check_env(request.env)
     image = request.image or ctx.settings.default_image
     sizing.check_image(ctx, image)  # may ask a registry: outside any transaction
+    images.preflight(ctx, user, image, request.gpu_model)  # issue 7: driver/arch fit
     instance_id = "i-" + secrets.token_hex(5)
     name = request.name or instance_id
     if not _NAME.match(name):
@@ -117,6 +119,7 @@ def create_instance(
         with ctx.sessions.begin() as session:
             size = sizing.resolve_size(session, ctx.settings, request)
             _check_name_free(session, user, name)
+            billing.check_funds(session, ctx.settings, user.id, request, now)
             instance = InstanceModel(
                 id=instance_id,
                 name=name,
@@ -206,7 +209,7 @@ def _load(session: Session, user: UserModel, ref: str, *, lock: bool = False) ->
 
 
 def get_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         return _load(session, user, ref)
 
 
@@ -220,7 +223,7 @@ class InstanceView:
 def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceView]:
     """Instances with their allocated GPUs and host names, in two queries."""
     ids = [i.id for i in instances]
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         rows = session.execute(
             select(GpuAllocationModel.instance_id, GpuAllocationModel.gpu_id)
             .where(GpuAllocationModel.instance_id.in_(ids))
@@ -271,6 +274,8 @@ def _request(
             or instance.desired_state == DesiredState.DELETED
         ):
             raise Conflict(f"instance {instance.id} is being deleted; it cannot {verb}")
+        if desired == DesiredState.RUNNING and instance.status in (S.STOPPED, S.FAILED):
+            billing.check_funds(session, ctx.settings, instance.user_id, instance, now)
         instance.desired_state = desired
         if desired == DesiredState.RUNNING:
             instance.queued_at = (
@@ -300,6 +305,7 @@ def _switch_for_request(
 
 
 def start_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    images.preflight_start(ctx, user, ref)  # issue 7: the image still fits the fleet
     return _request(ctx, user, ref, DesiredState.RUNNING, "start")
 
 

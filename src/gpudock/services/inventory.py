@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from gpudock.billing.money import format_amount
 from gpudock.db.models import (
     GpuAllocationModel,
     GpuModel,
@@ -19,6 +20,7 @@ from gpudock.db.models import (
 )
 from gpudock.gpu.base import HostInfo
 from gpudock.scheduler.placement import GpuSlot, HostCapacity
+from gpudock.services import metering
 from gpudock.services.context import ServiceContext
 
 
@@ -86,6 +88,7 @@ class ModelSummary:
     free: int
     hosts: int
     max_per_host: int
+    price_per_hour: str | None = None  # per GPU, a decimal string; None: no price set
 
 
 def gpu_summary(ctx: ServiceContext) -> list[ModelSummary]:
@@ -96,6 +99,7 @@ def gpu_summary(ctx: ServiceContext) -> list[ModelSummary]:
             .where(GpuModel.present.is_(True), HostModel.present.is_(True))
             .options(selectinload(GpuModel.allocation))
         ).all()
+        prices = metering.gpu_prices(session)
     per_model: dict[str, list[GpuModel]] = defaultdict(list)
     for gpu in gpus:
         per_model[gpu.model].append(gpu)
@@ -112,6 +116,7 @@ def gpu_summary(ctx: ServiceContext) -> list[ModelSummary]:
                 free=sum(1 for g in members if _is_free(g)),
                 hosts=len(per_host),
                 max_per_host=max(per_host.values()),
+                price_per_hour=format_amount(prices[model]) if model in prices else None,
             )
         )
     return summaries

@@ -22,7 +22,7 @@ from gpudock.db.models import (
 )
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime.base import LABEL_GPUS, ContainerState
-from gpudock.services import containers
+from gpudock.services import containers, images, metering
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import switch_instance_status
 from gpudock.services.inventory import allocated_gpu_ids
@@ -142,6 +142,8 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
         _fail(ctx, instance_id, token, f"could not start the container: {exc.message}")
         return
     _mark_running(ctx, instance_id, token, state, run)
+    # After 'running' is reported: the copy costs a round trip the user need not wait for.
+    images.install_doctor(ctx, state.id)  # issue 7: gpudock-doctor in every instance
 
 
 def _carry_writable_layer(
@@ -220,7 +222,10 @@ def _stop(ctx: ServiceContext, instance_id: str, token: str) -> None:
             switch_instance_status(session, instance, S.STARTING, "restarting", at)
         else:
             _release_placement(session, instance)
-            switch_instance_status(session, instance, S.STOPPED, "stopped; data kept", at)
+            reason = "stopped; data kept"
+            if instance.status_reason.startswith(metering.BILLING_STOP_PREFIX):  # issue 4
+                reason = f"{instance.status_reason}; data kept"
+            switch_instance_status(session, instance, S.STOPPED, reason, at)
 
     with_lease(ctx, instance_id, token, finish)
 

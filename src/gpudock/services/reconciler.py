@@ -11,6 +11,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -24,7 +25,7 @@ from gpudock.db.models import (
 )
 from gpudock.errors import GpudockError
 from gpudock.scheduler.placement import HostCapacity, Placement, PlacementRequest, place
-from gpudock.services import containers, lifecycle
+from gpudock.services import billing, charging, containers, images, lifecycle
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import switch_instance_status
 from gpudock.services.inventory import capacity_snapshot
@@ -46,6 +47,7 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._last_health = 0.0
         self._last_gc = 0.0
+        self._last_billing = 0.0
 
     # -- lifecycle of the loop itself ---------------------------------------
     def start(self) -> None:
@@ -79,13 +81,16 @@ class Reconciler:
             self._last_gc = now
             collect_garbage(self._ctx)
         place_waiting(self._ctx)
-        with self._ctx.sessions() as session:
+        with self._ctx.reader() as session:
             ids = lifecycle.active_instance_ids(session)
         for instance_id in ids:
             self._submit(instance_id)
         if now - self._last_health >= self._ctx.settings.health_check_interval_s:
             self._last_health = now
             check_running(self._ctx)
+        if now - self._last_billing >= self._ctx.settings.billing_tick_s:  # issue 4
+            self._last_billing = now
+            charging.charge_pass(self._ctx)
 
     def _submit(self, instance_id: str) -> None:
         with self._lock:
@@ -142,6 +147,8 @@ def place_waiting(ctx: ServiceContext) -> None:
         snapshot = capacity_snapshot(session)
     for instance in waiting:
         request = _request_of(instance)
+        hosts = images.runnable_hosts(ctx, instance.image, instance.gpu_model)  # issue 7
+        request = replace(request, allowed_hosts=hosts)
         placement = place(snapshot, request)
         if placement is None:
             _note_waiting(ctx, instance)
@@ -195,6 +202,11 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
                 or row.desired_state != DesiredState.RUNNING
                 or row.status not in (S.PENDING, S.STARTING)
             ):
+                return False
+            refused = billing.shortfall(session, ctx.settings, row.user_id, row, now)
+            if refused is not None:  # issue 4: the balance is checked again at placement
+                row.desired_state = DesiredState.STOPPED
+                switch_instance_status(session, row, S.STOPPED, f"not started: {refused}", now)
                 return False
             for gpu_id in placement.gpu_uuids:
                 session.add(GpuAllocationModel(gpu_id=gpu_id, instance_id=row.id, allocated_at=now))
@@ -252,12 +264,25 @@ def check_running(ctx: ServiceContext) -> None:
 
 def _recover(ctx: ServiceContext, instance_id: str, vanished: bool) -> None:
     reason = "container disappeared; recreating" if vanished else "container exited; restarting"
+    at = ctx.clock() if vanished else _exited_at(ctx, instance_id)
     with ctx.sessions.begin() as session:
         row = session.get(InstanceModel, instance_id, with_for_update=True)
         if row is None or row.status != S.RUNNING or row.lock_token is not None:
             return
-        switch_instance_status(session, row, S.CREATING, reason, ctx.clock())
+        switch_instance_status(session, row, S.CREATING, reason, at)
     ctx.wake_reconciler()
+
+
+def _exited_at(ctx: ServiceContext, instance_id: str) -> datetime:
+    """When the runtime says the container stopped (metering closes there), else now."""
+    name = containers.container_name(ctx.cluster_id, instance_id)
+    try:
+        state = ctx.runtime.inspect_container(name)
+    except GpudockError:
+        state = None
+    if state is None or state.running or state.finished_at is None:
+        return ctx.clock()
+    return min(state.finished_at, ctx.clock())
 
 
 # -- garbage: containers and volumes no live instance owns ----------------------------

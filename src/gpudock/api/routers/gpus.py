@@ -19,6 +19,7 @@ def list_gpu_models(ctx: Context, _user: CurrentUser) -> list[GpuModelPublic]:
             free=s.free,
             hosts=s.hosts,
             max_per_host=s.max_per_host,
+            price_per_hour=s.price_per_hour,
         )
         for s in inventory.gpu_summary(ctx)
     ]

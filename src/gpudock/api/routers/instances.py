@@ -6,7 +6,8 @@ from fastapi import APIRouter
 
 from gpudock.api.deps import Context, CurrentUser
 from gpudock.api.schemas import InstanceCreateRequest, InstanceEventPublic, InstancePublic
-from gpudock.services import instances
+from gpudock.services import instances, ssh_endpoint
+from gpudock.services.context import ServiceContext
 from gpudock.services.instances import InstanceRequest, InstanceView
 
 router = APIRouter(prefix="/instances", tags=["instances"])
@@ -15,7 +16,7 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _public(v: InstanceView) -> InstancePublic:
+def _public(ctx: ServiceContext, v: InstanceView) -> InstancePublic:
     i = v.instance
     return InstancePublic(
         id=i.id,
@@ -35,43 +36,44 @@ def _public(v: InstanceView) -> InstancePublic:
         container_id=i.container_id,
         created_at=i.created_at,
         updated_at=i.updated_at,
+        ssh_command=ssh_endpoint.ssh_command(ctx.settings, i.id),
     )
 
 
 @router.post("", response_model=InstancePublic, status_code=201)
 def create(ctx: Context, user: CurrentUser, body: InstanceCreateRequest) -> InstancePublic:
     request = InstanceRequest(**body.model_dump())
-    return _public(instances.view(ctx, instances.create_instance(ctx, user, request)))
+    return _public(ctx, instances.view(ctx, instances.create_instance(ctx, user, request)))
 
 
 @router.get("", response_model=list[InstancePublic])
 def list_instances(ctx: Context, user: CurrentUser) -> list[InstancePublic]:
-    return [_public(v) for v in instances.views(ctx, instances.list_instances(ctx, user))]
+    return [_public(ctx, v) for v in instances.views(ctx, instances.list_instances(ctx, user))]
 
 
 @router.get("/{instance_id}", response_model=InstancePublic, responses=NOT_FOUND)
 def show(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(instances.view(ctx, instances.get_instance(ctx, user, instance_id)))
+    return _public(ctx, instances.view(ctx, instances.get_instance(ctx, user, instance_id)))
 
 
 @router.post("/{instance_id}/start", response_model=InstancePublic, responses=NOT_FOUND)
 def start(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(instances.view(ctx, instances.start_instance(ctx, user, instance_id)))
+    return _public(ctx, instances.view(ctx, instances.start_instance(ctx, user, instance_id)))
 
 
 @router.post("/{instance_id}/stop", response_model=InstancePublic, responses=NOT_FOUND)
 def stop(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(instances.view(ctx, instances.stop_instance(ctx, user, instance_id)))
+    return _public(ctx, instances.view(ctx, instances.stop_instance(ctx, user, instance_id)))
 
 
 @router.post("/{instance_id}/restart", response_model=InstancePublic, responses=NOT_FOUND)
 def restart(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(instances.view(ctx, instances.restart_instance(ctx, user, instance_id)))
+    return _public(ctx, instances.view(ctx, instances.restart_instance(ctx, user, instance_id)))
 
 
 @router.delete("/{instance_id}", response_model=InstancePublic, responses=NOT_FOUND)
 def delete(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(instances.view(ctx, instances.delete_instance(ctx, user, instance_id)))
+    return _public(ctx, instances.view(ctx, instances.delete_instance(ctx, user, instance_id)))
 
 
 @router.get("/{instance_id}/events", response_model=list[InstanceEventPublic], responses=NOT_FOUND)

@@ -3,9 +3,14 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gpudock.api.deps import AdminUser, Context, CurrentUser
-from gpudock.api.schemas import UserCreateRequest, UserPublic, UserWithTokenPublic
+from gpudock.api.schemas import (
+    PasswordSetRequest,
+    UserCreateRequest,
+    UserPublic,
+    UserWithTokenPublic,
+)
 from gpudock.db.models import UserModel
-from gpudock.services import users
+from gpudock.services import accounts, users
 
 router = APIRouter(prefix="/users", tags=["users"])
 
@@ -30,3 +35,11 @@ def list_users(ctx: Context, _admin: AdminUser) -> list[UserPublic]:
 def create_user(ctx: Context, _admin: AdminUser, body: UserCreateRequest) -> UserWithTokenPublic:
     created = users.create_user(ctx, body.name, is_admin=body.is_admin)
     return UserWithTokenPublic(**_public(created.user).model_dump(), token=created.token)
+
+
+@router.put("/{name}/password", response_model=UserPublic)
+def set_password(
+    ctx: Context, _admin: AdminUser, name: str, body: PasswordSetRequest
+) -> UserPublic:
+    """Set a user's web-console password (admin); ends their console sessions."""
+    return _public(accounts.set_password(ctx, name, body.password))

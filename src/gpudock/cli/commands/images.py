@@ -1,16 +1,23 @@
-"""`gpudock images build-base`: build the local base image on this machine's engine."""
+"""`gpudock images ...`: the catalog, builds through the server, the validation gate,
+and `build-base` (the local base image, built on this machine's engine)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import io
+import json
+import tarfile
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 
 from gpudock.cli import output
-from gpudock.cli.client import CliError
+from gpudock.cli.client import CliError, connect
 from gpudock.errors import GpudockError
 
-app = typer.Typer(help="Container images gpudock builds itself.", no_args_is_help=True)
+app = typer.Typer(help="Container images: catalog, builds, validation.", no_args_is_help=True)
 
 
 @app.command("build-base")
@@ -49,3 +56,157 @@ def build_base(
         f"{result.tag}: built in {result.seconds:.0f} s, {size_mb:.0f} MB ({result.image_id[:19]})",
         "green",
     )
+
+
+# -- the catalog, builds and validation (issue 7) -------------------------------------
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+
+
+@app.command("list")
+def list_images(
+    gpu: Annotated[
+        str | None, typer.Option(metavar="MODEL", help="Only say whether each runs on MODEL.")
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """The image catalog, and on which GPU models each image runs."""
+    with connect() as client:
+        found = client.get("/images" + (f"?gpu={quote(gpu)}" if gpu else ""))
+    if json_output:
+        output.print_json(found)
+        return
+    grid = output.table("REFERENCE", "FRAMEWORK", "CUDA", "VISIBILITY", "SIZE", "RUNS ON")
+    for image in found:
+        runs = image["runs_on"]
+        ok = [m for m, verdict in runs.items() if verdict == "ok"]
+        not_ok = [m for m, verdict in runs.items() if verdict != "ok"]
+        mark = ", ".join(ok) or "-"
+        if gpu and not_ok:
+            mark = f"no: {runs[gpu]}"
+        framework = " ".join(filter(None, [image["framework"], image["framework_version"]]))
+        size = f"{image['size_bytes'] / 1e9:.1f} GB" if image["size_bytes"] else "-"
+        output.add_rows(
+            grid,
+            [
+                [
+                    image["reference"],
+                    framework or "-",
+                    image["cuda"] or "-",
+                    image["visibility"],
+                    size,
+                    mark,
+                ]
+            ],
+        )
+    output.show(grid)
+
+
+def context_tar(context: Path, dockerfile: Path) -> tuple[bytes, str]:
+    """The build context as a tar, plus the Dockerfile's path inside it (added if outside)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for child in sorted(context.iterdir()):
+            tar.add(child, arcname=child.name, filter=_no_git)
+        try:
+            inside = dockerfile.resolve().relative_to(context.resolve()).as_posix()
+        except ValueError:
+            inside = ".gpudock.user.Dockerfile"
+            tar.add(dockerfile, arcname=inside)
+    return buffer.getvalue(), inside
+
+
+def _no_git(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    return None if "/.git/" in f"/{info.name}/" else info
+
+
+@app.command("build")
+def build(
+    tag: Annotated[str, typer.Option("--tag", "-t", metavar="NAME", help="Image name[:tag].")],
+    context: Annotated[Path, typer.Argument(help="Build context directory.")] = Path("."),
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Dockerfile. [default: CONTEXT/Dockerfile]")
+    ] = None,
+    public: Annotated[bool, typer.Option("--public", help="Publish (admins only).")] = False,
+) -> None:
+    """Build on the server's Docker Engine, streaming the log; registers a private image."""
+    dockerfile = file or context / "Dockerfile"
+    if not context.is_dir() or not dockerfile.is_file():
+        raise CliError(
+            f"need a context directory and a Dockerfile ({dockerfile} not found)", exit_code=2
+        )
+    data, inside = context_tar(context, dockerfile)
+    params = {"name": tag, "dockerfile": inside, "public": str(public).lower()}
+    with connect() as client, output.stderr().status(f"building {tag}") as status:
+        for event in client.stream_ndjson("/images/build", params=params, content=data):
+            if "log" in event:
+                output.stdout().print(event["log"], markup=False, highlight=False)
+                if str(event["log"]).startswith("Step "):
+                    status.update(f"building {tag}: {event['log'][:70]}")
+            elif "error" in event:
+                raise CliError(f"the build failed: {event['error']}")
+            elif "image" in event:
+                image = event["image"]
+                output.print_message(
+                    f"built {image['reference']} ({image['visibility']}, id {image['id']})",
+                    "green",
+                )
+
+
+@app.command("validate")
+def validate(
+    matrix: Annotated[
+        Path | None, typer.Option("--matrix", help="Matrix file (JSON or TOML).")
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Build every candidate, smoke-test it, publish those that pass (admins only)."""
+    body: dict[str, Any] = {"matrix": _read_matrix(matrix) if matrix else None}
+    report: dict[str, Any] = {}
+    with connect() as client:
+        for event in client.stream_ndjson("/images/validate", body=body):
+            if "log" in event and not json_output:
+                output.stderr().print(event["log"], markup=False, highlight=False)
+            report = event.get("report", report)
+    if json_output:
+        output.print_json(report)
+    else:
+        _show_report(report)
+    if not report.get("passed"):
+        raise CliError(
+            f"validation failed: failure rate {report.get('failure_rate', 1):.1%} is over "
+            f"the threshold {report.get('threshold', 0):.1%}; nothing was published"
+        )
+
+
+def _read_matrix(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read the matrix {path}: {exc}", exit_code=2) from exc
+    if not isinstance(data, dict):
+        raise CliError(f"the matrix {path} must be an object", exit_code=2)
+    return data
+
+
+def _show_report(report: dict[str, Any]) -> None:
+    grid = output.table("CANDIDATE", "STATUS", "FAILED CHECKS")
+    for candidate in report.get("candidates", []):
+        failed = [f"{c['check']}: {c['detail']}" for c in candidate["checks"] if not c["ok"]]
+        if candidate["build_error"]:
+            failed.insert(0, f"build: {candidate['build_error']}")
+        output.add_rows(grid, [[candidate["name"], candidate["status"], "; ".join(failed) or "-"]])
+    output.show(grid)
+    output.print_message(
+        f"failure rate {report.get('failure_rate', 0):.1%} (threshold "
+        f"{report.get('threshold', 0):.1%}); published: "
+        f"{', '.join(report.get('published', [])) or 'nothing'}"
+    )
+
+
+@app.command("delete")
+def delete(image_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
+    """Remove a registered image (yours; public ones need an admin)."""
+    with connect() as client:
+        image = client.delete(f"/images/{quote(image_id, safe='')}")
+    output.print_message(f"deleted {image['reference']}")

@@ -137,6 +137,7 @@ def _details(i: dict[str, Any]) -> Table:
         ("Image", i["image"]),
         ("Size", f"{i['cpu']:g} CPUs · {i['memory_gb']} GB memory · {i['disk_gb']} GB disk"),
         ("Container", output.text(i["container_id"])),
+        ("SSH", output.text(i.get("ssh_command"))),
         ("Owner", i["user_id"]),
         ("Created", output.when(i["created_at"])),
         ("Updated", output.when(i["updated_at"])),
@@ -237,3 +238,21 @@ def delete(
         )
         ref = instance["id"]
     _act(ref, "delete", "deleted", wait=wait, timeout=timeout, json=json_output)
+
+
+@app.command("save-image")
+def save_image(
+    ref: RefArg,
+    name: Annotated[str, typer.Option("--name", metavar="N", help="Image name[:tag].")],
+    json_output: JsonFlag = False,
+) -> None:
+    """Save the instance's system disk as a private image (not the data volume)."""
+    with connect() as client:
+        saved = client.post(_path(ref, "save-image"), {"name": name})
+    if json_output:
+        output.print_json(saved)
+        return
+    output.print_message(
+        f"saved {saved['image']['reference']} (id {saved['image']['id']})", "green"
+    )
+    output.print_note(saved["note"])

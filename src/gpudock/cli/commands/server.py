@@ -6,7 +6,7 @@ It is the composition root's caller, so it alone imports the API app and the pla
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -17,7 +17,12 @@ from gpudock.cli.client import EXIT_ERROR, EXIT_USAGE, CliError
 from gpudock.errors import GpudockError, RuntimeFailure
 from gpudock.settings import Settings
 
-FLAGS = frozenset({"data_dir", "host", "port", "simulate", "database_url", "docker_host"})
+if TYPE_CHECKING:
+    from gpudock.services.platform import Platform
+
+FLAGS = frozenset(
+    {"data_dir", "host", "port", "simulate", "database_url", "docker_host", "ssh_port"}
+)
 
 
 def serve(
@@ -42,6 +47,13 @@ def serve(
     docker_host: Annotated[
         str | None, typer.Option(help="Docker Engine URL; default: the local socket.")
     ] = None,
+    ssh_port: Annotated[
+        int | None,
+        typer.Option(
+            help="SSH gateway port; GPUDOCK_SSH_ENABLED=false turns the gateway off. "
+            "[default: 2222]"
+        ),
+    ] = None,
 ) -> None:
     """Run the gpudock API server and its reconciler (GPUDOCK_* variables configure it)."""
     import uvicorn
@@ -56,6 +68,7 @@ def serve(
         "simulate": simulate,
         "database_url": database_url,
         "docker_host": docker_host,
+        "ssh_port": ssh_port,
     }
     settings = _settings({k: v for k, v in flags.items() if v is not None})
     try:
@@ -68,10 +81,24 @@ def serve(
             output.print_note(
                 f"Created the first admin; its API token is in {platform.admin_token_path}"
             )
+        _add_ssh_gateway(platform, settings)
         app = create_app(platform)
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     finally:
         platform.close()
+
+
+def _add_ssh_gateway(platform: Platform, settings: Settings) -> None:
+    """The SSH gateway runs on the API's event loop, started by its lifespan."""
+    if not settings.ssh_enabled:
+        return
+    from gpudock.sshgw.gateway import SshGateway
+
+    platform.sidecars.append(SshGateway(platform.ctx))
+    output.print_note(
+        f"SSH gateway on {settings.ssh_host}:{settings.ssh_port} "
+        "(`gpudock instances show NAME` prints each instance's ssh command)"
+    )
 
 
 def _settings(overrides: dict[str, Any]) -> Settings:

@@ -72,6 +72,26 @@ def create_user(
     )
 
 
+@app.command("set-password")
+def set_password(
+    name: Annotated[str, typer.Argument(help="The user whose console password to set.")],
+    password: Annotated[
+        str,
+        typer.Option(
+            prompt=True,
+            hide_input=True,
+            confirmation_prompt=True,
+            envvar="GPUDOCK_NEW_PASSWORD",
+            help="At least 8 characters; prompted for when not given.",
+        ),
+    ],
+) -> None:
+    """Set a user's password for the web console (admin); logs them out of it."""
+    with connect() as client:
+        client.request("PUT", f"/users/{name}/password", {"password": password})
+    output.print_message(f"Set the console password of {name}; they log in at {client.url}/")
+
+
 @app.command("list")
 def list_users(json_output: JsonFlag = False) -> None:
     """List users (admin)."""
