@@ -127,3 +127,18 @@ def wait_for(client: httpx.Client, instance_id: str, status: str, timeout_s: flo
             return last
         time.sleep(0.05)
     raise AssertionError(f"{instance_id} never became {status}; last seen {last}")
+
+
+def wait_settled(server: ServerProcess, token: str, timeout_s: float = 90.0) -> None:
+    """Wait until every instance is stable or queued for GPUs that are all taken."""
+    transitional = {"pending", "creating", "stopping", "starting", "deleting"}
+    deadline = time.monotonic() + timeout_s
+    with server.client(token) as user:
+        while time.monotonic() < deadline:
+            listed = user.get("/instances").json()
+            busy = [i for i in listed if i["status"] in transitional]
+            waiting = [i for i in busy if i["status_reason"].startswith("waiting for")]
+            if len(busy) == len(waiting):
+                return
+            time.sleep(0.1)
+    raise AssertionError(f"not settled: {busy}")

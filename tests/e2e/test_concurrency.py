@@ -14,7 +14,7 @@ from sqlalchemy import select
 from gpudock.db.models import GpuAllocationModel
 from tests.docker_helpers import assert_converged_on
 from tests.e2e.conftest import ServerFactory
-from tests.e2e.test_crash_safety import _wait_settled
+from tests.server_process import wait_settled
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgres"])
@@ -42,7 +42,7 @@ def test_fifty_parallel_creates_for_sixteen_gpus(
     with ThreadPoolExecutor(50) as pool:
         codes = list(pool.map(create, range(50)))
     assert codes == [201] * 50
-    _wait_settled(server, token, timeout_s=180)
+    wait_settled(server, token, timeout_s=180)
 
     with server.client(token) as user:
         listed = user.get("/instances").json()

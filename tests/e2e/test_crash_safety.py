@@ -19,7 +19,7 @@ import pytest
 from gpudock.services import containers
 from tests.docker_helpers import assert_converged_on
 from tests.e2e.conftest import ServerFactory
-from tests.server_process import ServerProcess, wait_for
+from tests.server_process import ServerProcess, wait_for, wait_settled
 
 FLEET = "1x4xA100-80GB"
 CREATE_POINTS = ["after_placement", "after_volume", "after_create", "after_start"]
@@ -147,20 +147,6 @@ def test_random_kills_under_load_converge(
         for worker in workers:
             worker.join(timeout=60)
     assert calls["ok"] > 10
-    _wait_settled(server, token)
+    wait_settled(server, token)
     _, sessions, cluster = server.database()
     assert_converged_on(sessions, cluster, engine)
-
-
-def _wait_settled(server: ServerProcess, token: str, timeout_s: float = 90.0) -> None:
-    transitional = {"pending", "creating", "stopping", "starting", "deleting"}
-    deadline = time.monotonic() + timeout_s
-    with server.client(token) as user:
-        while time.monotonic() < deadline:
-            listed = user.get("/instances").json()
-            busy = [i for i in listed if i["status"] in transitional]
-            waiting = [i for i in busy if i["status_reason"].startswith("waiting for")]
-            if len(busy) == len(waiting):
-                return
-            time.sleep(0.1)
-    raise AssertionError(f"not settled: {busy}")
