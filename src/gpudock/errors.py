@@ -7,6 +7,7 @@
      ├── NotFound              unknown id, or another tenant's        → 404
      ├── Conflict              valid input, wrong state for it        → 409
      ├── PaymentRequired       balance or budget does not cover it    → 402
+     ├── RateLimited           too many requests; retry later         → 429
      └── RuntimeFailure        the container engine failed            → 502
           └── RuntimeUnavailable   the engine cannot be reached       → 503
 
@@ -51,6 +52,16 @@ class Conflict(GpudockError):
 
 class PaymentRequired(GpudockError):
     code = "payment_required"
+
+
+class RateLimited(GpudockError):
+    """Too many requests from one token or address; `retry_after_s` says when to retry."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.retry_after_s = max(1, retry_after_s)
 
 
 class RuntimeFailure(GpudockError):

@@ -6,7 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from gpudock.billing.money import DECIMAL_PATTERN, MAX_AMOUNT_TEXT, MAX_UNITS
 
 
 def _no_floats(value: Any) -> Any:
@@ -18,22 +20,32 @@ def _no_floats(value: Any) -> Any:
     return value
 
 
-Amount = Annotated[
-    str | int,
-    BeforeValidator(_no_floats),
-    Field(description='Currency units as a decimal string, e.g. "3.6"', examples=["3.6"]),
-]
+def _amount_schema(minimum: int) -> dict[str, Any]:
+    """What `billing.money.parse_amount` takes, as far as JSON Schema can say it
+    (it also counts decimals, at most 6, and refuses zero where `minimum` is 1)."""
+    return {
+        "anyOf": [
+            {"type": "string", "pattern": DECIMAL_PATTERN, "maxLength": MAX_AMOUNT_TEXT},
+            {"type": "integer", "minimum": minimum, "maximum": MAX_UNITS},
+        ],
+        "description": 'Currency units as a decimal string, e.g. "3.6"',
+        "examples": ["3.6"],
+    }
+
+
+Amount = Annotated[str | int, BeforeValidator(_no_floats), WithJsonSchema(_amount_schema(1))]
+AmountOrZero = Annotated[str | int, BeforeValidator(_no_floats), WithJsonSchema(_amount_schema(0))]
 
 
 class PriceSetRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     kind: Literal["gpu", "no_gpu", "disk"] = Field(
         default="gpu",
         description="gpu: per GPU-hour of gpu_model; no_gpu: per hour of a no-GPU "
         "instance; disk: per GB-day of a stopped instance's disk",
     )
     gpu_model: str | None = Field(default=None, max_length=64, examples=["A100-80GB"])
-    amount: Amount
+    amount: AmountOrZero
 
 
 class PricePublic(BaseModel):
@@ -52,7 +64,7 @@ class PricesPublic(BaseModel):
 
 
 class TopupRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     user: str = Field(min_length=1, max_length=64, description="User name or id")
     amount: Amount
     note: str = Field(default="", max_length=200)
@@ -73,7 +85,7 @@ class TopupPublic(BaseModel):
 
 
 class BudgetRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     monthly: Amount | None = Field(description="Monthly budget; null removes it")
 
 

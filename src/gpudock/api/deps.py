@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterable
+from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpudock.db.models import UserModel
@@ -40,3 +43,34 @@ def get_admin(user: CurrentUser) -> UserModel:
 
 
 AdminUser = Annotated[UserModel, Depends(get_admin)]
+ADMIN_ONLY_RESPONSE = {
+    "description": "Not an admin token (answered before anything is looked up)",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorPublic"}}},
+}
+
+
+def _needs_admin(dependant: Dependant) -> bool:
+    return any(d.call is get_admin or _needs_admin(d) for d in dependant.dependencies)
+
+
+def document_admin_only(app: FastAPI, prefix: str, routers: Iterable[APIRouter]) -> None:
+    """Every route that takes an `AdminUser` documents its 403, so no router can forget."""
+    admin_only = {
+        (prefix + route.path, method.lower())
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute) and _needs_admin(route.dependant)
+        for method in route.methods or ()
+    }
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for path, method in admin_only:
+                operation = schema["paths"].get(path, {}).get(method)
+                if operation is not None:
+                    operation["responses"].setdefault("403", ADMIN_ONLY_RESPONSE)
+        return build()
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
+from gpudock.api.schemas import ErrorPublic
 from gpudock.errors import (
     Conflict,
     Forbidden,
@@ -16,11 +19,13 @@ from gpudock.errors import (
     InvalidRequest,
     NotFound,
     PaymentRequired,
+    RateLimited,
     RuntimeFailure,
     RuntimeUnavailable,
     Unauthenticated,
 )
 
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 STATUS_BY_ERROR: list[tuple[type[GpudockError], int]] = [
     (InvalidRequest, 422),
     (Unauthenticated, 401),
@@ -28,6 +33,7 @@ STATUS_BY_ERROR: list[tuple[type[GpudockError], int]] = [
     (NotFound, 404),
     (Conflict, 409),
     (PaymentRequired, 402),
+    (RateLimited, 429),
     (RuntimeUnavailable, 503),
     (RuntimeFailure, 502),
 ]
@@ -44,11 +50,18 @@ def _body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "field": field}}
 
 
+def error_response(exc: GpudockError) -> JSONResponse:
+    """The response for a domain error (also used by middleware, outside the handlers)."""
+    status = status_for(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(exc.retry_after_s)
+    return JSONResponse(_body(exc.code, exc.message, exc.field), status, headers=headers)
+
+
 async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GpudockError)
-    status = status_for(exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(_body(exc.code, exc.message, exc.field), status, headers=headers)
+    return error_response(exc)
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -64,13 +77,62 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(_body("invalid_request", message, first_field), 422)
 
 
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # the framework could not read the body (e.g. not UTF-8)
+        message = f"invalid request: {exc.detail} (send a UTF-8 JSON body)"
+        return JSONResponse(_body("invalid_request", message, "body"), 422)
     code = {401: "unauthenticated", 404: "not_found", 405: "method_not_allowed"}.get(
         exc.status_code, "http_error"
     )
-    headers = getattr(exc, "headers", None)
-    return JSONResponse(_body(code, str(exc.detail)), exc.status_code, headers=headers)
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return JSONResponse(_body(code, str(exc.detail)), exc.status_code, headers=headers or None)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods to name in `Allow` (Starlette names only the first route's).
+
+    For a path of the API: the methods its OpenAPI schema documents there, where
+    (as in OpenAPI) a concrete path shadows templated ones: /images/build is not
+    also /images/{image_id}. Elsewhere: every method some route serves."""
+    documented = _documented_methods(request.app.openapi()["paths"], request.url.path)
+    if documented:
+        return documented
+    served = set()
+    for method in METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            served.add(method)
+    return sorted(served)
+
+
+def _documented_methods(paths: dict[str, dict[str, Any]], path: str) -> list[str]:
+    concrete: set[str] = set()
+    templated: set[str] = set()
+    for template, operations in paths.items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            methods = {m.upper() for m in operations if m.upper() in METHODS}
+            (templated if "{" in template else concrete).update(methods)
+    return sorted(concrete or templated)
+
+
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    401: "Missing or unknown token",
+    402: "The balance or the monthly budget does not cover it",
+    403: "Authenticated, but not allowed (e.g. it needs an admin token)",
+    404: "No such object (or another tenant's)",
+    409: "Valid input, but the object's state does not allow it",
+    422: "Invalid input",
+    429: "Too many requests: retry after `Retry-After` seconds",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for the domain errors a route can answer with."""
+    return {s: {"model": ErrorPublic, "description": ERROR_DESCRIPTIONS[s]} for s in statuses}
 
 
 def install_error_handlers(app: FastAPI) -> None:

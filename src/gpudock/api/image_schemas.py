@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class ImageCreateRequest(BaseModel):
     """Register an image the engine has (or can get) with its metadata."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     reference: str = Field(
         max_length=512, examples=["pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"]
     )
@@ -50,8 +50,14 @@ class ImagePublic(BaseModel):
 
 
 class SaveImageRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=100, examples=["my-env:v1"])
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str = Field(
+        min_length=1,
+        max_length=100,
+        pattern=r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$",
+        examples=["my-env:v1"],
+        description="Lowercase letters, digits, '.', '_', '-', and an optional ':tag'",
+    )
 
 
 class SavedImagePublic(BaseModel):
@@ -60,4 +66,5 @@ class SavedImagePublic(BaseModel):
 
 
 class ValidateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
     matrix: dict[str, Any] | None = Field(default=None, description="None: the default matrix")

@@ -15,8 +15,10 @@ MICROS_PER_UNIT = 1_000_000
 DECIMALS = 6
 MAX_UNITS = 1_000_000_000  # one billion currency units: far above any real amount
 MAX_MICROS = MAX_UNITS * MICROS_PER_UNIT  # fits a signed 64-bit column 9000 times over
-_MAX_TEXT = 40
-_DECIMAL = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
+MAX_AMOUNT_TEXT = 40
+# ASCII digits only (`\d` would take "٣"), around them any whitespace `strip` removes
+DECIMAL_PATTERN = r"^\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*$"
+_DECIMAL = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
 _STEP = Decimal(1).scaleb(-DECIMALS)
 
 
@@ -34,8 +36,9 @@ def parse_amount(
     """
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise InvalidRequest(f'{field} must be a decimal string such as "3.6"', field=field)
-    text = str(value).strip()
-    if len(text) > _MAX_TEXT or not _DECIMAL.match(text):
+    raw = str(value)
+    text = raw.strip()
+    if len(raw) > MAX_AMOUNT_TEXT or not _DECIMAL.match(text):
         raise InvalidRequest(
             f'{field} {_shown(text)} is not a decimal number: write it like "3.6" or "100" '
             "(digits, at most one '.', no exponent)",
@@ -71,4 +74,4 @@ def format_amount(micros: int) -> str:
 
 
 def _shown(text: str) -> str:
-    return repr(text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "…")
+    return repr(text if len(text) <= MAX_AMOUNT_TEXT else text[:MAX_AMOUNT_TEXT] + "…")

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import StreamingResponse
+from pydantic import BeforeValidator
 
 from gpudock.api.billing_schemas import (
     BalancePublic,
@@ -23,6 +24,7 @@ from gpudock.api.billing_schemas import (
     UsageReportPublic,
 )
 from gpudock.api.deps import AdminUser, Context, CurrentUser
+from gpudock.api.errors import error_responses
 from gpudock.billing.money import format_amount, parse_amount
 from gpudock.db.models import BillingPriceModel
 from gpudock.services import billing, statements
@@ -34,12 +36,28 @@ UserRef = Annotated[
     str | None,
     Query(alias="user", max_length=64, description="Admins: another user's name or id"),
 ]
+
+
+def _iso_8601(value: Any) -> Any:
+    """Only ISO 8601 text: pydantic alone would also read "0.5" as a Unix time."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError(f"{value[:40]!r} is not an ISO 8601 date and time") from exc
+    return value
+
+
+Instant = Annotated[datetime, BeforeValidator(_iso_8601)]
 From = Annotated[
-    datetime | None, Query(alias="from", description="Inclusive, ISO 8601 (UTC if no zone)")
+    Instant | None, Query(alias="from", description="Inclusive, ISO 8601 (UTC if no zone)")
 ]
-To = Annotated[datetime | None, Query(alias="to", description="Exclusive, ISO 8601")]
+To = Annotated[Instant | None, Query(alias="to", description="Exclusive, ISO 8601")]
 Format = Annotated[Literal["json", "csv"], Query(alias="format")]
-CSV_RESPONSE: dict[int | str, dict[str, Any]] = {200: {"content": {"text/csv": {}}}}
+CSV_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/csv": {"schema": {"type": "string"}}}}
+}
+SUBJECT = error_responses(404)  # `user=`: unknown, or not visible to the caller
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -69,14 +87,25 @@ def list_prices(ctx: Context, _user: CurrentUser) -> PricesPublic:
 
 
 @router.put("/admin/prices", response_model=PricePublic)
-@router.post("/admin/prices", response_model=PricePublic, include_in_schema=False)
+@router.post(
+    "/admin/prices",
+    response_model=PricePublic,
+    deprecated=True,
+    operation_id="set_price_post",
+    summary="Set Price (POST: an alias of PUT, kept for older clients)",
+)
 def set_price(ctx: Context, admin: AdminUser, body: PriceSetRequest) -> PricePublic:
     amount = parse_amount(body.amount, allow_zero=True)
     row = billing.set_price(ctx, admin, body.kind, body.gpu_model, amount)
     return _price(row, ctx.settings.currency)
 
 
-@router.post("/admin/topups", response_model=TopupPublic, status_code=201)
+@router.post(
+    "/admin/topups",
+    response_model=TopupPublic,
+    status_code=201,
+    responses=error_responses(409),
+)
 def topup(
     ctx: Context,
     admin: AdminUser,
@@ -128,13 +157,13 @@ def _balance(s: BalanceSummary, currency: str) -> BalancePublic:
     )
 
 
-@router.get("/billing/balance", response_model=BalancePublic)
+@router.get("/billing/balance", response_model=BalancePublic, responses=SUBJECT)
 def balance(ctx: Context, user: CurrentUser, user_ref: UserRef = None) -> BalancePublic:
     subject = billing.resolve_subject(ctx, user, user_ref)
     return _balance(billing.summary(ctx, subject), ctx.settings.currency)
 
 
-@router.put("/billing/budget", response_model=BalancePublic)
+@router.put("/billing/budget", response_model=BalancePublic, responses=SUBJECT)
 def set_budget(
     ctx: Context, user: CurrentUser, body: BudgetRequest, user_ref: UserRef = None
 ) -> BalancePublic:
@@ -173,7 +202,9 @@ def _csv(chunks: Iterator[str], name: str) -> StreamingResponse:
     )
 
 
-@router.get("/billing/ledger", response_model=LedgerPagePublic, responses=CSV_RESPONSE)
+@router.get(
+    "/billing/ledger", response_model=LedgerPagePublic, responses={**CSV_RESPONSE, **SUBJECT}
+)
 def ledger(
     ctx: Context,
     user: CurrentUser,
@@ -196,7 +227,11 @@ def ledger(
     )
 
 
-@router.get("/billing/ledger.csv", response_class=StreamingResponse, responses=CSV_RESPONSE)
+@router.get(
+    "/billing/ledger.csv",
+    response_class=StreamingResponse,
+    responses={**CSV_RESPONSE, **SUBJECT},
+)
 def ledger_csv(
     ctx: Context, user: CurrentUser, start: From = None, end: To = None, user_ref: UserRef = None
 ) -> StreamingResponse:
@@ -205,7 +240,9 @@ def ledger_csv(
     return _csv(statements.ledger_csv(lines, ctx.settings.currency), "ledger")
 
 
-@router.get("/billing/usage", response_model=UsageReportPublic, responses=CSV_RESPONSE)
+@router.get(
+    "/billing/usage", response_model=UsageReportPublic, responses={**CSV_RESPONSE, **SUBJECT}
+)
 def usage(
     ctx: Context,
     user: CurrentUser,
@@ -239,7 +276,11 @@ def usage(
     )
 
 
-@router.get("/billing/usage.csv", response_class=StreamingResponse, responses=CSV_RESPONSE)
+@router.get(
+    "/billing/usage.csv",
+    response_class=StreamingResponse,
+    responses={**CSV_RESPONSE, **SUBJECT},
+)
 def usage_csv(
     ctx: Context, user: CurrentUser, start: From = None, end: To = None, user_ref: UserRef = None
 ) -> StreamingResponse:

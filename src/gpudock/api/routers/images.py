@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from gpudock.api.deps import Context, CurrentUser
+from gpudock.api.errors import error_responses
 from gpudock.api.image_schemas import (
     ImageCreateRequest,
     ImagePublic,
@@ -17,12 +18,24 @@ from gpudock.api.image_schemas import (
     SaveImageRequest,
     ValidateRequest,
 )
+from gpudock.api.links import links
 from gpudock.images.catalog import ImageSpec
 from gpudock.services import image_builds, image_validation, images
 
 router = APIRouter(prefix="/images", tags=["images"])
 instance_router = APIRouter(prefix="/instances", tags=["instances"])
 NDJSON = "application/x-ndjson"
+NDJSON_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {NDJSON: {"schema": {"type": "string"}}}, "description": "NDJSON events"}
+}
+TAR_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "The build context: a tar archive (optionally gzip-, bzip2- or xz-"
+        "compressed) holding the Dockerfile",
+        "content": {"application/x-tar": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
 
 
 def _public(spec: ImageSpec, runs_on: dict[str, str] | None = None) -> ImagePublic:
@@ -54,17 +67,30 @@ def list_images(
     ]
 
 
-@router.post("", response_model=ImagePublic, status_code=201)
+@router.post(
+    "",
+    response_model=ImagePublic,
+    status_code=201,
+    responses={
+        **error_responses(403, 409),
+        **links(201, "image_id", "id", {"delete": ("DELETE", "/images/{image_id}")}),
+    },
+)
 def register(ctx: Context, user: CurrentUser, body: ImageCreateRequest) -> ImagePublic:
     return _public(images.register_manual(ctx, user, body.model_dump()))
 
 
-@router.delete("/{image_id}", response_model=ImagePublic)
+@router.delete("/{image_id}", response_model=ImagePublic, responses=error_responses(403, 404, 409))
 def delete(ctx: Context, user: CurrentUser, image_id: str) -> ImagePublic:
     return _public(images.delete_image(ctx, user, image_id))
 
 
-@router.post("/build", response_class=StreamingResponse)
+@router.post(
+    "/build",
+    response_class=StreamingResponse,
+    responses={**NDJSON_RESPONSE, **error_responses(403)},
+    openapi_extra=TAR_BODY,
+)
 async def build(
     ctx: Context,
     user: CurrentUser,
@@ -80,13 +106,22 @@ async def build(
     )
 
 
-@router.post("/validate", response_class=StreamingResponse)
+@router.post(
+    "/validate",
+    response_class=StreamingResponse,
+    responses={**NDJSON_RESPONSE, **error_responses(403)},
+)
 def validate(ctx: Context, user: CurrentUser, body: ValidateRequest) -> StreamingResponse:
     """Streams NDJSON: {"log"}…, then {"report"}."""
     return _ndjson(image_validation.validate(ctx, user, body.matrix))
 
 
-@instance_router.post("/{instance_id}/save-image", response_model=SavedImagePublic, status_code=201)
+@instance_router.post(
+    "/{instance_id}/save-image",
+    response_model=SavedImagePublic,
+    status_code=201,
+    responses=error_responses(404, 409),
+)
 def save_image(
     ctx: Context, user: CurrentUser, instance_id: str, body: SaveImageRequest
 ) -> SavedImagePublic:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
 from gpudock.api.deps import Context, CurrentUser
+from gpudock.api.errors import error_responses
+from gpudock.api.links import links
 from gpudock.api.schemas import (
     SshEndpointPublic,
     SshKeyCreateRequest,
@@ -17,9 +17,7 @@ from gpudock.db.models import SshKeyModel, SshSessionModel
 from gpudock.services import ssh_endpoint, ssh_keys, ssh_sessions
 
 router = APIRouter(tags=["ssh"])
-NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"description": "No such key or instance (or another tenant's)"}
-}
+NOT_FOUND = error_responses(404)
 
 
 def _key(key: SshKeyModel) -> SshKeyPublic:
@@ -51,7 +49,15 @@ def _session(row: SshSessionModel) -> SshSessionPublic:
     )
 
 
-@router.post("/ssh-keys", response_model=SshKeyPublic, status_code=201)
+@router.post(
+    "/ssh-keys",
+    response_model=SshKeyPublic,
+    status_code=201,
+    responses={
+        **error_responses(409),
+        **links(201, "key_ref", "id", {"remove": ("DELETE", "/ssh-keys/{key_ref}")}),
+    },
+)
 def add_key(ctx: Context, user: CurrentUser, body: SshKeyCreateRequest) -> SshKeyPublic:
     return _key(ssh_keys.add_key(ctx, user, body.public_key, body.name))
 

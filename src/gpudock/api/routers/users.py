@@ -3,6 +3,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gpudock.api.deps import AdminUser, Context, CurrentUser
+from gpudock.api.errors import error_responses
+from gpudock.api.links import links
 from gpudock.api.schemas import (
     PasswordSetRequest,
     UserCreateRequest,
@@ -31,13 +33,21 @@ def list_users(ctx: Context, _admin: AdminUser) -> list[UserPublic]:
     return [_public(u) for u in users.list_users(ctx)]
 
 
-@router.post("", response_model=UserWithTokenPublic, status_code=201)
+@router.post(
+    "",
+    response_model=UserWithTokenPublic,
+    status_code=201,
+    responses={
+        **error_responses(409),
+        **links(201, "name", "name", {"set_password": ("PUT", "/users/{name}/password")}),
+    },
+)
 def create_user(ctx: Context, _admin: AdminUser, body: UserCreateRequest) -> UserWithTokenPublic:
     created = users.create_user(ctx, body.name, is_admin=body.is_admin)
     return UserWithTokenPublic(**_public(created.user).model_dump(), token=created.token)
 
 
-@router.put("/{name}/password", response_model=UserPublic)
+@router.put("/{name}/password", response_model=UserPublic, responses=error_responses(404))
 def set_password(
     ctx: Context, _admin: AdminUser, name: str, body: PasswordSetRequest
 ) -> UserPublic:
