@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -12,7 +13,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpudock.db.models import GpuAllocationModel, InstanceModel, InstanceStatus
 from gpudock.images.base_image import BASE_IMAGE
-from gpudock.runtime.base import LABEL_CLUSTER
+from gpudock.runtime.base import LABEL_CLUSTER, LABEL_OWNER
+from gpudock.runtime.loopvol import LoopVolumes
 from gpudock.services import containers
 from gpudock.services.context import ServiceContext
 
@@ -22,6 +24,7 @@ TRANSITIONAL = {
     InstanceStatus.STOPPING,
     InstanceStatus.STARTING,
     InstanceStatus.DELETING,
+    InstanceStatus.MIGRATING,
 }
 
 
@@ -43,7 +46,12 @@ def remove_cluster_objects(client: docker.DockerClient, cluster_id: str) -> None
     for container in client.containers.list(all=True, filters={"label": label}):
         container.remove(force=True)
     for volume in client.volumes.list(filters={"label": label}):
+        device = (volume.attrs.get("Options") or {}).get("device")
         volume.remove(force=True)
+        if device:  # a size-limited volume: <root>/<name>/data, loop-mounted
+            LoopVolumes(Path(device).parent.parent).remove(volume.name)
+    for network in client.networks.list(filters={"label": label}):
+        network.remove()
 
 
 def cluster_objects(client: docker.DockerClient, cluster_id: str) -> tuple[list[Any], list[Any]]:
@@ -54,12 +62,17 @@ def cluster_objects(client: docker.DockerClient, cluster_id: str) -> tuple[list[
     )
 
 
+def cluster_networks(client: docker.DockerClient, cluster_id: str) -> list[Any]:
+    return list(client.networks.list(filters={"label": f"{LABEL_CLUSTER}={cluster_id}"}))
+
+
 def _waiting_for_capacity(instance: InstanceModel) -> bool:
     """Queued for GPUs that are all taken: a legitimate place to stay."""
     return (
-        instance.status in (InstanceStatus.PENDING, InstanceStatus.STARTING)
+        instance.status
+        in (InstanceStatus.PENDING, InstanceStatus.STARTING, InstanceStatus.MIGRATING)
         and not instance.placed
-        and instance.status_reason.startswith("waiting for")
+        and instance.status_reason.startswith(("waiting for", "moving: waiting for"))
     )
 
 
@@ -93,11 +106,27 @@ def assert_converged_on(
     volume_names = {v.name for v in found_volumes}
     for volume in found_volumes:
         assert volume.attrs["Labels"]["gpudock.instance"] in live, f"orphan volume {volume.name}"
+    tenants = {i.user_id for i in instances if i.status != InstanceStatus.DELETED}
+    networks_in_use = {c.attrs["HostConfig"]["NetworkMode"] for c in found_containers}
+    for network in cluster_networks(client, cluster_id):
+        owner = network.attrs["Labels"].get(LABEL_OWNER)
+        assert owner in tenants or network.name in networks_in_use, f"orphan network {network.name}"
     for instance in instances:
         name = containers.container_name(cluster_id, instance.id)
         if instance.status == InstanceStatus.RUNNING:
-            assert client.containers.get(name).status == "running", instance.id
+            container = client.containers.get(name)
+            assert container.status == "running", instance.id
+            tenant_network = containers.network_name(cluster_id, instance.user_id)
+            assert container.attrs["HostConfig"]["NetworkMode"] == tenant_network, instance.id
         ever_ran = instance.container_id is not None  # stopped before placement: no volume yet
         if instance.status in (InstanceStatus.RUNNING, InstanceStatus.STOPPED) and ever_ran:
-            assert containers.volume_name(cluster_id, instance.id) in volume_names, instance.id
+            # issue 6: its data volume, wherever it moved, and no copy left behind
+            data_volume = containers.data_volume_of(cluster_id, instance)
+            assert data_volume in volume_names, instance.id
+            left = {
+                v.name
+                for v in found_volumes
+                if v.attrs["Labels"]["gpudock.instance"] == instance.id
+            }
+            assert left == {data_volume}, f"stale volumes of {instance.id}: {left}"
     return instances

@@ -40,6 +40,7 @@ class ServerProcess:
     port: int = 0
     starts: int = 0
     cluster_id: str = ""
+    healthy_timeout_s: float = 60.0  # a loaded 2-core machine may need more (bench/crash_soak.py)
 
     @property
     def url(self) -> str:
@@ -68,7 +69,7 @@ class ServerProcess:
         command += ["--simulate", self.simulate]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        self._wait_healthy()
+        self._wait_healthy(self.healthy_timeout_s)
         if not self.cluster_id:
             db_engine, _sessions, self.cluster_id = self.database()
             db_engine.dispose()

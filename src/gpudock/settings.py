@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from limits import parse_many
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_IMAGE = "gpudock/base:bookworm"
@@ -52,12 +53,40 @@ class Settings(BaseSettings):
     pids_limit: int = Field(default=4096, ge=64)
     stop_timeout_s: int = Field(default=5, ge=0, le=300)
     runtime_call_timeout_s: float = Field(default=120.0, gt=0)
+    volume_quota: str = Field(
+        default="loop",
+        pattern="^(loop|off)$",
+        description="'loop': each data volume is an ext4 file system of the instance's "
+        "disk size, loop-mounted on the Docker host (needs root there and a local engine); "
+        "'off': volumes share the host's disk without a limit.",
+    )
+    volume_dir: Path | None = Field(
+        default=None,
+        description="Where size-limited data volumes live on the Docker host "
+        "(default: <data_dir>/volumes).",
+    )
 
     # -- reconciler -------------------------------------------------------
     reconcile_interval_s: float = Field(default=2.0, gt=0)
     lease_s: float = Field(default=60.0, gt=0)
     reconcile_workers: int = Field(default=8, ge=1, le=64)
     health_check_interval_s: float = Field(default=10.0, gt=0)
+
+    # -- GPU health and migration (issue 6) ---------------------------------
+    gpu_health_interval_s: float = Field(
+        default=2.0, gt=0, description="How often to poll the GPUs' health (NVML events)."
+    )
+    migration_stop_timeout_s: int = Field(
+        default=1,
+        ge=0,
+        le=60,
+        description="Grace before SIGKILL when moving off a failed GPU (its CUDA work is lost).",
+    )
+    host_lost_after_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A runtime unreachable this long marks its hosts' GPUs unhealthy.",
+    )
 
     # -- instance sizing --------------------------------------------------
     no_gpu_cpu: float = Field(default=1.0, gt=0)
@@ -97,6 +126,31 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="Time a client has to authenticate."
     )
 
+    # -- rate limits (issue 9): "N/second;M/minute" (the `limits` notation) --
+    rate_limits_enabled: bool = Field(
+        default=True, description="Answer 429 (API) or close the connection (SSH) past a limit."
+    )
+    rate_limit_api_token: str = Field(
+        default="100/second;3000/minute",
+        description="REST API requests per bearer token (counted whether or not it is valid).",
+    )
+    rate_limit_api_address: str = Field(
+        default="300/second;9000/minute",
+        description="REST API requests per client address, all tokens together.",
+    )
+    rate_limit_login_address: str = Field(
+        default="20/minute;200/hour",
+        description="Web console login attempts (POST /login) per client address.",
+    )
+    rate_limit_ssh_address: str = Field(
+        default="30/minute;600/hour",
+        description="SSH connections that begin authentication, per client address.",
+    )
+    rate_limit_ssh_key: str = Field(
+        default="60/minute",
+        description="SSH public-key authentication attempts per key fingerprint.",
+    )
+
     # -- test-only: named points at which the server SIGKILLs itself -------
     crash_points: str = Field(
         default="",
@@ -131,10 +185,44 @@ class Settings(BaseSettings):
         "seconds at the current burn rate.",
     )
 
+    @field_validator(
+        "rate_limit_api_token",
+        "rate_limit_api_address",
+        "rate_limit_login_address",
+        "rate_limit_ssh_address",
+        "rate_limit_ssh_key",
+    )
+    @classmethod
+    def _rate_limit(cls, value: str) -> str:
+        try:
+            items = parse_many(value)
+        except ValueError:
+            items = []
+        if not items or any(item.amount < 1 for item in items):
+            raise ValueError(f"{value!r} is not a rate limit such as '10/second;300/minute'")
+        return value
+
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @model_validator(mode="after")
+    def _quota_needs_a_local_engine(self) -> Settings:
+        remote = self.docker_host and not self.docker_host.startswith("unix://")
+        if self.runtime == "docker" and self.volume_quota == "loop" and remote:
+            raise ValueError(
+                "GPUDOCK_VOLUME_QUOTA=loop mounts volumes on this machine, so it needs the "
+                "local Docker Engine; with a remote engine set GPUDOCK_VOLUME_QUOTA=off"
+            )
+        return self
+
+    @property
+    def effective_volume_dir(self) -> Path | None:
+        """Where size-limited volumes live; None when quotas are off."""
+        if self.volume_quota == "off":
+            return None
+        return (self.volume_dir or self.data_dir / "volumes").expanduser().resolve()
 
     @property
     def effective_database_url(self) -> str:

@@ -35,9 +35,14 @@ NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
 NVML_ERROR_UNKNOWN = 999
+
+nvmlEventTypeSingleBitEccError = 0x1
+nvmlEventTypeDoubleBitEccError = 0x2
+nvmlEventTypeXidCriticalError = 0x8
 
 NVML_FEATURE_DISABLED = 0
 NVML_FEATURE_ENABLED = 1
@@ -69,6 +74,7 @@ class NVMLError(Exception):
         NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
         NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
         NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+        NVML_ERROR_TIMEOUT: "Timeout",
         NVML_ERROR_GPU_IS_LOST: "GPU is lost",
         NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
         NVML_ERROR_UNKNOWN: "Unknown Error",
@@ -134,6 +140,10 @@ class NVMLError_FunctionNotFound(NVMLError):
     _code = NVML_ERROR_FUNCTION_NOT_FOUND
 
 
+class NVMLError_Timeout(NVMLError):
+    _code = NVML_ERROR_TIMEOUT
+
+
 class NVMLError_GpuIsLost(NVMLError):
     _code = NVML_ERROR_GPU_IS_LOST
 
@@ -178,6 +188,24 @@ class FakeDeviceHandle:
 
 
 @dataclass
+class c_nvmlEventData_t:  # pynvml's name; `device` is the handle the event came from
+    device: FakeDeviceHandle
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
+class FakeEventSet:
+    """Stands in for pynvml's c_nvmlEventSet_t: the devices and types registered."""
+
+    owner: int
+    registered: dict[int, int]  # device index -> event type mask
+    freed: bool = False
+
+
+@dataclass
 class c_nvmlMemory_t:  # pynvml's name
     total: int
     free: int
@@ -219,6 +247,11 @@ class FakeNvml(ModuleType):
     NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_DRIVER_NOT_LOADED = NVML_ERROR_DRIVER_NOT_LOADED
     NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
+    NVML_ERROR_TIMEOUT = NVML_ERROR_TIMEOUT
+    NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
+    nvmlEventTypeSingleBitEccError = nvmlEventTypeSingleBitEccError
+    nvmlEventTypeDoubleBitEccError = nvmlEventTypeDoubleBitEccError
+    nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
     NVML_FEATURE_DISABLED = NVML_FEATURE_DISABLED
     NVML_FEATURE_ENABLED = NVML_FEATURE_ENABLED
     NVML_NVLINK_MAX_LINKS = NVML_NVLINK_MAX_LINKS
@@ -236,6 +269,7 @@ class FakeNvml(ModuleType):
     NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
     NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
     NVMLError_FunctionNotFound = NVMLError_FunctionNotFound
+    NVMLError_Timeout = NVMLError_Timeout
     NVMLError_GpuIsLost = NVMLError_GpuIsLost
     NVMLError_LibRmVersionMismatch = NVMLError_LibRmVersionMismatch
     NVMLError_Unknown = NVMLError_Unknown
@@ -267,6 +301,12 @@ class FakeNvml(ModuleType):
         self.legacy_bytes = legacy_bytes
         self.calls: list[str] = []
         self.refcount = 0
+        # health (issue 6): what the driver would report, set by tests
+        self.pending_events: list[tuple[int, int, int]] = []  # (device index, type, data)
+        self.remapped_rows: dict[
+            int, tuple[int, int, int, int]
+        ] = {}  # index -> (corr, unc, pending, failed)
+        self.lost: set[int] = set()  # device indices that answer GPU_IS_LOST
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith(("nvml", "NVML")) and name in ModuleType.__getattribute__(
@@ -294,7 +334,13 @@ class FakeNvml(ModuleType):
     def _device(self, handle: object) -> FakeGpu:
         if not isinstance(handle, FakeDeviceHandle) or handle.owner != id(self):
             raise NVMLError_InvalidArgument()
+        if handle.index in self.lost:
+            raise NVMLError_GpuIsLost()
         return self.devices[handle.index]
+
+    def inject_xid(self, index: int, xid: int) -> None:
+        """What the driver does on an Xid: queue an event for registered sets."""
+        self.pending_events.append((index, nvmlEventTypeXidCriticalError, xid))
 
     def _str(self, value: str) -> str | bytes:
         return value.encode() if self.legacy_bytes else value
@@ -394,8 +440,55 @@ class FakeNvml(ModuleType):
             return NVML_NVLINK_DEVICE_TYPE_GPU
         return NVML_NVLINK_DEVICE_TYPE_UNKNOWN
 
+    # -- ready-made hosts ---------------------------------------------------------
 
-# -- ready-made hosts ---------------------------------------------------------
+    # -- events and health counters (issue 6) -----------------------------
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._enter("nvmlEventSetCreate")
+        return FakeEventSet(owner=id(self), registered={})
+
+    def nvmlEventSetFree(self, eventSet: object) -> None:
+        self._enter("nvmlEventSetFree")
+        if not isinstance(eventSet, FakeEventSet) or eventSet.owner != id(self):
+            raise NVMLError_InvalidArgument()
+        eventSet.freed = True
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: object) -> int:
+        self._enter("nvmlDeviceGetSupportedEventTypes")
+        self._device(handle)
+        return (
+            nvmlEventTypeSingleBitEccError
+            | nvmlEventTypeDoubleBitEccError
+            | nvmlEventTypeXidCriticalError
+        )
+
+    def nvmlDeviceRegisterEvents(self, handle: object, eventTypes: int, eventSet: object) -> None:
+        self._enter("nvmlDeviceRegisterEvents")
+        self._device(handle)
+        if not isinstance(eventSet, FakeEventSet) or eventSet.freed:
+            raise NVMLError_InvalidArgument()
+        assert isinstance(handle, FakeDeviceHandle)
+        eventSet.registered[handle.index] = eventSet.registered.get(handle.index, 0) | eventTypes
+
+    def nvmlEventSetWait_v2(self, eventSet: object, timeoutms: int) -> c_nvmlEventData_t:
+        """The next queued event for a registered device and type; Timeout when none
+        (the fake never blocks: the queue is filled before the call)."""
+        self._enter("nvmlEventSetWait_v2")
+        if not isinstance(eventSet, FakeEventSet) or eventSet.freed:
+            raise NVMLError_InvalidArgument()
+        for position, (index, event_type, data) in enumerate(self.pending_events):
+            if eventSet.registered.get(index, 0) & event_type:
+                del self.pending_events[position]
+                return c_nvmlEventData_t(FakeDeviceHandle(id(self), index), event_type, data)
+        raise NVMLError_Timeout()
+
+    def nvmlDeviceGetRemappedRows(self, device: object) -> tuple[int, int, int, int]:
+        self._enter("nvmlDeviceGetRemappedRows")
+        self._device(device)
+        assert isinstance(device, FakeDeviceHandle)
+        return self.remapped_rows.get(device.index, (0, 0, 0, 0))
+
 
 A100_BUS_IDS = tuple(
     f"00000000:{bus}:00.0" for bus in ("07", "0F", "47", "4E", "87", "90", "B7", "BD")

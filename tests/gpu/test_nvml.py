@@ -541,3 +541,45 @@ def discover_one_real() -> HostInfo:
     hosts = NvmlGpuSource().discover()
     assert len(hosts) == 1
     return hosts[0]
+
+
+# -- health (issue 6) ----------------------------------------------------------
+
+
+def test_health_poll_reports_xids_from_an_event_set_kept_open(a100: FakeNvml) -> None:
+    source = NvmlGpuSource(a100, host_name="h")
+    assert source.poll_health(0) == []
+    a100.inject_xid(2, 79)
+    a100.inject_xid(5, 13)
+    events = source.poll_health(100)
+    uuids = [d.uuid for d in a100.devices]
+    assert [(e.gpu_uuid, e.kind, e.xid) for e in events] == [
+        (uuids[2], "xid", 79),
+        (uuids[5], "xid", 13),
+    ]
+    assert a100.count("nvmlEventSetCreate") == 1  # one set for the whole life of the source
+    assert source.poll_health(0) == []
+    source.discover()  # discovery's own init/shutdown leaves the health session open
+    a100.inject_xid(0, 48)
+    assert [e.xid for e in source.poll_health(0)] == [48]
+
+
+def test_health_poll_reports_remapping_and_lost_gpus_every_time(a100: FakeNvml) -> None:
+    source = NvmlGpuSource(a100, host_name="h")
+    source.poll_health(0)
+    a100.remapped_rows[1] = (0, 1, 1, 0)
+    a100.remapped_rows[3] = (0, 2, 0, 1)
+    a100.lost.add(6)
+    uuids = [d.uuid for d in a100.devices]
+    for _ in range(2):
+        found = {(e.gpu_uuid, e.kind) for e in source.poll_health(0)}
+        assert found == {
+            (uuids[1], "remapped_rows_pending"),
+            (uuids[3], "remapped_rows_failed"),
+            (uuids[6], "gpu_lost"),
+        }
+
+
+def test_health_poll_without_row_remapper_reports_nothing(rtx4090: FakeNvml) -> None:
+    rtx4090.fail["nvmlDeviceGetRemappedRows"] = rtx4090.NVMLError_NotSupported
+    assert NvmlGpuSource(rtx4090, host_name="h").poll_health(0) == []

@@ -8,17 +8,15 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from gpudock import __version__
-from gpudock.api.errors import install_error_handlers
-from gpudock.api.routers import billing, gpus, images, instances, ssh, users
-from gpudock.api.schemas import ErrorPublic
+from gpudock.api.deps import document_admin_only
+from gpudock.api.errors import error_responses, install_error_handlers
+from gpudock.api.ratelimit import HttpGates, RateLimitMiddleware
+from gpudock.api.routers import billing, gpus, health, images, instances, ssh, users
 from gpudock.services.platform import Platform
 from gpudock.web.console import mount_console
 
 API_PREFIX = "/api/v1"
-ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorPublic, "description": "Missing or unknown token"},
-    422: {"model": ErrorPublic, "description": "Invalid input"},
-}
+ERROR_RESPONSES = error_responses(401, 422, 429)  # any route; each adds its own
 
 
 def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
@@ -47,8 +45,12 @@ def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
     app.state.context = platform.ctx
     app.state.platform = platform
     install_error_handlers(app)
+    if platform.ctx.settings.rate_limits_enabled:
+        app.add_middleware(
+            RateLimitMiddleware, gates=HttpGates.from_settings(platform.ctx.settings)
+        )
     api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
-    for router in (
+    routers = (
         users.router,
         gpus.router,
         instances.router,
@@ -56,9 +58,12 @@ def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
         images.instance_router,
         billing.router,
         ssh.router,
-    ):
+        health.router,  # issue 6
+    )
+    for router in routers:
         api.include_router(router)
     app.include_router(api)
+    document_admin_only(app, API_PREFIX, routers)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:

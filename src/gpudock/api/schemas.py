@@ -18,8 +18,14 @@ class ErrorPublic(BaseModel):
 
 
 class UserCreateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=32, examples=["alice"])
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str = Field(
+        min_length=1,
+        max_length=32,
+        pattern=r"^[a-z][a-z0-9_-]{0,31}$",
+        examples=["alice"],
+        description="Lowercase letters, digits, '-' or '_', starting with a letter",
+    )
     is_admin: bool = False
 
 
@@ -57,6 +63,7 @@ class GpuPublic(BaseModel):
     numa_node: int | None
     nvlink_peers: list[str]
     state: str
+    state_reason: str = ""
     present: bool
     instance_id: str | None
 
@@ -74,7 +81,16 @@ class HostPublic(BaseModel):
 
 
 class InstanceCreateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            "examples": [
+                {"name": "train-1", "gpu_model": "A100-80GB", "gpu_count": 1},
+                {"name": "cpu-box", "gpu_count": 0},
+            ]
+        },
+    )
     name: str | None = Field(default=None, min_length=1, max_length=63, examples=["train-1"])
     gpu_model: str | None = Field(default=None, max_length=64, examples=["A100-80GB"])
     gpu_count: int = Field(default=1, ge=0, le=16, description="0 = no-GPU mode")
@@ -106,6 +122,9 @@ class InstancePublic(BaseModel):
     ssh_command: str | None = Field(
         default=None, description="How to reach it through the SSH gateway (None: no gateway)."
     )
+    stay_on_host: bool = Field(
+        default=False, description="Start waits for its own host instead of moving (issue 6)."
+    )
 
 
 class InstanceEventPublic(BaseModel):
@@ -118,7 +137,7 @@ class InstanceEventPublic(BaseModel):
 class PasswordSetRequest(BaseModel):
     """A console password (issue 8): argon2id-hashed, never stored or shown in clear."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     password: str = Field(min_length=8, max_length=1024)
 
 
@@ -126,12 +145,15 @@ class PasswordSetRequest(BaseModel):
 
 
 class SshKeyCreateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     public_key: str = Field(
         min_length=1,
         max_length=16_384,
         description="One OpenSSH public key line (the .pub file): ed25519, ecdsa or rsa ≥ 2048.",
-        examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI… alice@laptop"],
+        examples=[
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKXpzYDb6wmbNCeXhjE4NNa2gNK/STmsPH6bX7+PjDa3 "
+            "alice@laptop"
+        ],
     )
     name: str | None = Field(
         default=None, max_length=128, description="Default: the key's comment."

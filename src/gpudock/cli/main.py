@@ -12,7 +12,18 @@ from typer.core import TyperGroup
 
 from gpudock.cli import output
 from gpudock.cli.client import CliError
-from gpudock.cli.commands import billing, doctor, gpus, images, instances, keys, server, ssh, users
+from gpudock.cli.commands import (
+    billing,
+    doctor,
+    gpus,
+    health,
+    images,
+    instances,
+    keys,
+    server,
+    ssh,
+    users,
+)
 
 
 class CliGroup(TyperGroup):
@@ -47,6 +58,8 @@ app.command("ssh-config")(ssh.ssh_config)
 app.add_typer(images.app, name="images")
 app.add_typer(billing.app, name="billing")
 app.add_typer(billing.admin_app, name="admin")
+billing.admin_app.add_typer(health.gpus_app, name="gpus")  # issue 6
+billing.admin_app.command("reliability")(health.reliability)
 app.command("doctor")(doctor.doctor)
 app.add_typer(doctor.env_app, name="env")
 

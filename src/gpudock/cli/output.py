@@ -27,6 +27,7 @@ STATUS_STYLES = {
     "starting": "yellow",
     "stopping": "yellow",
     "deleting": "yellow",
+    "migrating": "magenta",
 }
 
 

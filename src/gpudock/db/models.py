@@ -74,6 +74,7 @@ class InstanceStatus(enum.StrEnum):
     DELETING = "deleting"
     DELETED = "deleted"
     FAILED = "failed"
+    MIGRATING = "migrating"  # issue 6: moving off a failed GPU or host
 
 
 class DesiredState(enum.StrEnum):
@@ -143,8 +144,16 @@ class GpuModel(Base):
     pci_bus_id: Mapped[str] = mapped_column(String(32), default="")
     numa_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
     nvlink_peers: Mapped[str] = mapped_column(Text, default="", comment="comma-separated UUIDs")
-    state: Mapped[GpuState] = mapped_column(_enum_column(GpuState), default=GpuState.HEALTHY)
+    state: Mapped[GpuState] = mapped_column(
+        _enum_column(GpuState),
+        default=GpuState.HEALTHY,
+        comment="written only by services.health.switch_gpu_state()",
+    )
     present: Mapped[bool] = mapped_column(Boolean, default=True)
+    # issue 6: why the state is what it is, and since when (reliability statistics)
+    state_reason: Mapped[str] = mapped_column(Text, default="")
+    state_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    first_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
     host: Mapped[HostModel] = relationship(back_populates="gpus")
     allocation: Mapped[GpuAllocationModel | None] = relationship(back_populates="gpu")
@@ -198,9 +207,19 @@ class InstanceModel(Base):
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime)
     lock_token: Mapped[str | None] = mapped_column(String(32), nullable=True)
     lock_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # issue 6: where the data volume lives now (it follows the instance between hosts)
+    data_volume: Mapped[str | None] = mapped_column(
+        String(255), nullable=True, comment="the data volume's name; None until first created"
+    )
+    data_host_id: Mapped[str | None] = mapped_column(
+        ForeignKey("hosts.id"), nullable=True, comment="the host that holds data_volume"
+    )
+    stay_on_host: Mapped[bool] = mapped_column(
+        Boolean, default=False, comment="start waits for host_id instead of moving"
+    )
 
     allocations: Mapped[list[GpuAllocationModel]] = relationship(back_populates="instance")
-    host: Mapped[HostModel | None] = relationship()
+    host: Mapped[HostModel | None] = relationship(foreign_keys=[host_id])
 
 
 class GpuAllocationModel(Base):
@@ -435,3 +454,64 @@ class SshSessionModel(Base):
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     bytes_in: Mapped[int] = mapped_column(BigInteger, default=0, comment="client → instance")
     bytes_out: Mapped[int] = mapped_column(BigInteger, default=0, comment="instance → client")
+
+
+# -- GPU health and migration (issue 6) --
+
+
+class GpuFaultModel(Base):
+    """One health event seen on a GPU (or its host), and what gpudock did about it."""
+
+    __tablename__ = "gpu_faults"
+    __table_args__ = (Index("ix_gpu_faults_gpu_at", "gpu_id", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    gpu_id: Mapped[str] = mapped_column(ForeignKey("gpus.id"))
+    host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(32), comment="xid, ecc_dbe, remapped_rows, ...")
+    xid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    action: Mapped[str] = mapped_column(String(32), comment="see gpudock.gpu.xid.Action")
+    source: Mapped[str] = mapped_column(String(16), comment="nvml, simulated, runtime")
+    message: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    repaired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class GpuEventModel(Base):
+    """Every change of a GPU's state; the reliability statistics read it."""
+
+    __tablename__ = "gpu_events"
+    __table_args__ = (Index("ix_gpu_events_gpu_at", "gpu_id", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    gpu_id: Mapped[str] = mapped_column(ForeignKey("gpus.id"))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    from_state: Mapped[str] = mapped_column(String(16))
+    to_state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class MigrationModel(Base):
+    """One move of an instance to other GPUs: off a fault, or to another host at start."""
+
+    __tablename__ = "migrations"
+    __table_args__ = (Index("ix_migrations_instance", "instance_id", "started_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"))
+    fault_id: Mapped[int | None] = mapped_column(ForeignKey("gpu_faults.id"), nullable=True)
+    reason: Mapped[str] = mapped_column(Text)
+    trigger: Mapped[str] = mapped_column(String(16), comment="fault, drain or start")
+    gpu_model: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    from_host_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    from_gpus: Mapped[str] = mapped_column(Text, default="")
+    to_host_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    to_gpus: Mapped[str] = mapped_column(Text, default="")
+    outcome: Mapped[str] = mapped_column(
+        String(16), comment="moving, done, abandoned (the user stopped or deleted it)"
+    )
+    bytes_copied: Mapped[int] = mapped_column(BigInteger, default=0)
+    started_at: Mapped[datetime] = mapped_column(
+        UTCDateTime, comment="the fault's timestamp, or the start request's"
+    )
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

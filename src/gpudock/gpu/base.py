@@ -38,6 +38,19 @@ class HostInfo:
     gpus: tuple[GpuInfo, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class HealthEvent:
+    """Something a GPU reported about its own health (issue 6).
+
+    `kind` is 'xid' (with `xid` set) or one of the keys of
+    `gpudock.gpu.xid.KIND_ACTIONS` (e.g. 'ecc_dbe', 'gpu_lost')."""
+
+    gpu_uuid: str
+    kind: str
+    xid: int | None = None
+    message: str = ""
+
+
 class GpuSource(Protocol):
     def discover(self) -> list[HostInfo]:
         """Return every host this source knows, with its GPUs.
@@ -45,6 +58,13 @@ class GpuSource(Protocol):
         Fast and side-effect free; raises `GpuDiscoveryError` when the
         source cannot be read.
         """
+        ...
+
+    def poll_health(self, timeout_ms: int) -> list[HealthEvent]:
+        """Return the health events seen since the last call, waiting at most
+        `timeout_ms` for the first one. A condition that persists (pending
+        row remapping, a lost GPU) is reported on every call; the caller
+        de-duplicates. Raises `GpuDiscoveryError` when the source cannot be read."""
         ...
 
 

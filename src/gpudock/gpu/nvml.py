@@ -18,7 +18,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gpudock.gpu.base import GpuDiscoveryError, GpuInfo, HostInfo, canonical_model_name
+from gpudock.gpu.base import (
+    GpuDiscoveryError,
+    GpuInfo,
+    HealthEvent,
+    HostInfo,
+    canonical_model_name,
+)
 
 # Read at call time, so tests can point it at a temporary directory.
 SYSFS_PCI_DEVICES = Path("/sys/bus/pci/devices")
@@ -78,6 +84,21 @@ class NvmlGpuSource:
     def __init__(self, nvml: ModuleType | None = None, host_name: str | None = None) -> None:
         self._nvml = nvml
         self._host_name = host_name
+        self._health: _HealthWatch | None = None
+
+    def poll_health(self, timeout_ms: int) -> list[HealthEvent]:
+        """Xid and double-bit ECC events from an NVML event set kept open
+        between calls, then the persistent conditions: pending or failed row
+        remapping and GPUs NVML has lost."""
+        nvml = self._nvml if self._nvml is not None else _import_pynvml()
+        if self._health is None:
+            self._health = _HealthWatch.open(nvml)
+        try:
+            return self._health.poll(timeout_ms)
+        except nvml.NVMLError as exc:
+            self._health.close()
+            self._health = None
+            raise GpuDiscoveryError(f"NVML health poll failed: {exc}") from exc
 
     def discover(self) -> list[HostInfo]:
         nvml = self._nvml if self._nvml is not None else _import_pynvml()
@@ -273,3 +294,84 @@ def _normalize_bus_id(bus_id: str) -> str:
 def _text(value: str | bytes) -> str:
     """pynvml returns str in current releases, bytes in old ones and in ctypes fields."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_WATCHED_EVENTS = ("nvmlEventTypeXidCriticalError", "nvmlEventTypeDoubleBitEccError")
+
+
+@dataclass
+class _HealthWatch:
+    """An NVML session held open for health events (NVML counts inits, so
+    discovery's own init/shutdown pairs do not close it)."""
+
+    nvml: ModuleType
+    event_set: Any
+    handles: list[tuple[Any, str]]  # (device handle, uuid)
+
+    @classmethod
+    def open(cls, nvml: ModuleType) -> _HealthWatch:
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            raise GpuDiscoveryError(_init_failure_message(nvml, exc)) from exc
+        event_set = nvml.nvmlEventSetCreate()
+        wanted = 0
+        for name in _WATCHED_EVENTS:
+            wanted |= getattr(nvml, name)
+        handles = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            handles.append((handle, _text(nvml.nvmlDeviceGetUUID(handle))))
+            # Register only what the device supports: asking for more fails the call.
+            with contextlib.suppress(nvml.NVMLError_NotSupported):
+                supported = nvml.nvmlDeviceGetSupportedEventTypes(handle)
+                if supported & wanted:
+                    nvml.nvmlDeviceRegisterEvents(handle, supported & wanted, event_set)
+        return cls(nvml, event_set, handles)
+
+    def close(self) -> None:
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlEventSetFree(self.event_set)
+        with contextlib.suppress(self.nvml.NVMLError):
+            self.nvml.nvmlShutdown()
+
+    def poll(self, timeout_ms: int) -> list[HealthEvent]:
+        events = self._drain_events(timeout_ms)
+        for handle, gpu_uuid in self.handles:
+            events.extend(self._conditions(handle, gpu_uuid))
+        return events
+
+    def _drain_events(self, timeout_ms: int) -> list[HealthEvent]:
+        nvml, events = self.nvml, list[HealthEvent]()
+        wait = timeout_ms
+        while True:
+            try:
+                data = nvml.nvmlEventSetWait_v2(self.event_set, wait)
+            except nvml.NVMLError_Timeout:
+                return events
+            wait = 0  # after the first event, take only what is already queued
+            gpu_uuid = self._uuid_of(data.device)
+            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                events.append(HealthEvent(gpu_uuid, "xid", int(data.eventData)))
+            elif data.eventType & nvml.nvmlEventTypeDoubleBitEccError:
+                events.append(HealthEvent(gpu_uuid, "ecc_dbe", message="NVML ECC event"))
+
+    def _uuid_of(self, device: Any) -> str:
+        for handle, gpu_uuid in self.handles:
+            if handle == device:
+                return gpu_uuid
+        return _text(self.nvml.nvmlDeviceGetUUID(device))
+
+    def _conditions(self, handle: Any, gpu_uuid: str) -> list[HealthEvent]:
+        nvml = self.nvml
+        try:
+            _corrected, _uncorrected, pending, failed = nvml.nvmlDeviceGetRemappedRows(handle)
+        except nvml.NVMLError_GpuIsLost:
+            return [HealthEvent(gpu_uuid, "gpu_lost", message="NVML: GPU is lost")]
+        except nvml.NVMLError_NotSupported:
+            return []  # pre-Ampere GPUs have no row remapper
+        if failed:
+            return [HealthEvent(gpu_uuid, "remapped_rows_failed")]
+        if pending:
+            return [HealthEvent(gpu_uuid, "remapped_rows_pending")]
+        return []

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -47,6 +47,10 @@ class ContainerSpec:
     volume_name: str
     volume_mount: str = "/root/data"
     stop_timeout_s: int = 5
+    # The tenant's own bridge network (created on demand with `network_labels`);
+    # empty: the engine's default network (tests and tools only).
+    network: str = ""
+    network_labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,12 @@ class ContainerState:
 
 @dataclass(frozen=True)
 class VolumeState:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NetworkState:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -107,8 +117,10 @@ class Runtime(Protocol):
         """Make the image present, pulling it if needed; `ImageNotFound` if impossible."""
         ...
 
-    def ensure_volume(self, name: str, labels: dict[str, str]) -> None:
-        """Create the named volume unless it exists."""
+    def ensure_volume(self, name: str, labels: dict[str, str], size_gb: int | None = None) -> None:
+        """Create the named volume unless it exists, limited to `size_gb` where the
+        runtime enforces quotas (None: no limit). An existing volume keeps its
+        size; one whose backing storage is not mounted (after a reboot) is mounted."""
         ...
 
     def remove_volume(self, name: str) -> None:
@@ -127,8 +139,10 @@ class Runtime(Protocol):
         """Stop it (SIGTERM, then SIGKILL after timeout_s); None if it does not exist."""
         ...
 
-    def remove_container(self, container_id: str) -> None:
-        """Remove it, stopping it first if needed; silent if it does not exist."""
+    def remove_container(self, container_id: str, *, keep_network: bool = False) -> None:
+        """Remove it, stopping it first if needed; silent if it does not exist.
+        Its tenant network goes too once no other container is on it, unless
+        `keep_network` (a replacement is about to join it: issue 6 moves)."""
         ...
 
     def inspect_container(self, name_or_id: str) -> ContainerState | None:
@@ -141,6 +155,22 @@ class Runtime(Protocol):
 
     def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
         """All volumes carrying every given label."""
+        ...
+
+    # -- tenant networks (issue 9) --------------------------------------------
+    def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        """Create the named bridge network unless it exists (outbound traffic
+        allowed, other networks unreachable). `create_container` calls it for
+        `spec.network`, so callers rarely need to."""
+        ...
+
+    def remove_network(self, name: str) -> None:
+        """Remove the network unless a container (running or not) is on it;
+        silent if it does not exist or is in use."""
+        ...
+
+    def list_networks(self, labels: dict[str, str]) -> list[NetworkState]:
+        """All networks carrying every given label."""
         ...
 
     def commit_container(self, container_id: str, repository: str, tag: str) -> str:
@@ -196,6 +226,26 @@ class Runtime(Protocol):
         """The exec's exit code once its process has ended; None while it runs."""
         ...
 
+    # -- data moves (issue 6: migration) -----------------------------------------
+    def copy_volume(
+        self,
+        source: str,
+        target: str,
+        *,
+        image: str,
+        helper_name: str,
+        labels: dict[str, str],
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Copy every file of volume `source` into the existing volume `target`
+        (owners, modes and times kept; `target` ends up a mirror of `source`),
+        in a throwaway container `helper_name` of `image` with no network.
+        Resumable: after an interruption, calling it again with the same names
+        removes any leftover helper and finishes the job (rsync when the image
+        has it, else a full tar copy). `on_progress(done, total)` is called now
+        and then with byte counts. Returns the bytes in `source`."""
+        ...
+
 
 # -- exec streams (issue 3: the SSH gateway) -----------------------------------
 STDOUT = 1
@@ -225,6 +275,9 @@ class ExecStream:
       closing the socket detaches (the process keeps running until it ends).
     - `initial` is output the runtime already read from `sock`: decode it first.
     - Everything read goes through `decoder`, which knows the runtime's framing.
+    - `err_sock`, when set, carries the process's stderr on its own (unframed,
+      read-only, non-blocking, owned by the caller too); `sock` then carries
+      stdout only. Output has ended once both have reached end of file.
     """
 
     exec_id: str
@@ -232,3 +285,4 @@ class ExecStream:
     initial: bytes
     decoder: OutputDecoder
     tty: bool
+    err_sock: socket.socket | None = None

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import tarfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -20,6 +23,7 @@ from docker.types import DeviceRequest
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime import docker_exec
 from gpudock.runtime.base import (
+    LABEL_MANAGED,
     BuildLine,
     ContainerSpec,
     ContainerState,
@@ -27,8 +31,10 @@ from gpudock.runtime.base import (
     ExecResult,
     ExecStream,
     ImageNotFound,
+    NetworkState,
     VolumeState,
 )
+from gpudock.runtime.loopvol import LoopVolumes
 
 # Enough to install packages and run services as other users inside the
 # instance; everything that reaches the host or the network stack (NET_RAW,
@@ -44,6 +50,7 @@ ALLOWED_CAPABILITIES = (
     "NET_BIND_SERVICE",
 )
 KEEPALIVE_COMMAND = ["sleep", "infinity"]
+ENGINE_NETWORKS = frozenset({"", "default", "bridge", "host", "none"})
 MAX_SHM_MB = 16 * 1024
 
 
@@ -51,8 +58,14 @@ class DockerRuntime:
     """Implements `gpudock.runtime.base.Runtime` over one Docker Engine."""
 
     def __init__(
-        self, base_url: str | None = None, timeout_s: float = 120.0, pool_size: int = 16
+        self,
+        base_url: str | None = None,
+        timeout_s: float = 120.0,
+        pool_size: int = 16,
+        volume_root: Path | None = None,
     ) -> None:
+        """`volume_root`: where size-limited data volumes live on the Docker host
+        (see `gpudock.runtime.loopvol`); None: volumes without a size limit."""
         with _translated("connect to the Docker Engine"):
             if base_url:
                 self._client = docker.DockerClient(
@@ -62,6 +75,12 @@ class DockerRuntime:
                 self._client = docker.from_env(timeout=int(timeout_s), max_pool_size=pool_size)
         self._engine_cpus: int | None = None
         self._seen_images: set[str] = set()
+        self._loop = LoopVolumes(volume_root, timeout_s) if volume_root else None
+        self._network_locks: dict[str, threading.Lock] = {}
+        self._network_guard = threading.Lock()
+        self._exec_streams = docker_exec.ExecStreams(
+            self._client.api, local=docker_exec.engine_is_local(base_url)
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -119,17 +138,32 @@ class DockerRuntime:
             self._client.images.remove(ref, force=True)
 
     # -- volumes -----------------------------------------------------------
-    def ensure_volume(self, name: str, labels: dict[str, str]) -> None:
-        # The engine's volume create is idempotent for an existing name: one round trip.
+    def ensure_volume(self, name: str, labels: dict[str, str], size_gb: int | None = None) -> None:
+        # The engine's volume create is idempotent for an existing name (whatever
+        # its options): one round trip.
+        options: dict[str, str] | None = None
+        if self._loop is not None and size_gb is not None and not self._plain_volume(name):
+            data = self._loop.ensure(name, size_gb)
+            options = {"type": "none", "o": "bind", "device": str(data)}
         with _translated(f"create volume {name}"):
-            self._client.api.create_volume(name=name, labels=labels)
+            self._client.api.create_volume(
+                name=name, driver="local", driver_opts=options, labels=labels
+            )
+
+    def _plain_volume(self, name: str) -> bool:
+        """True for a volume made before quotas were on: it stays as it is."""
+        with _translated(f"inspect volume {name}"):
+            try:
+                attrs = self._client.api.inspect_volume(name)
+            except docker.errors.NotFound:
+                return False
+        return not (attrs.get("Options") or {}).get("device")
 
     def remove_volume(self, name: str) -> None:
-        with _translated(f"remove volume {name}"):
-            try:
-                self._client.volumes.get(name).remove(force=True)
-            except docker.errors.NotFound:
-                return
+        with _translated(f"remove volume {name}"), contextlib.suppress(docker.errors.NotFound):
+            self._client.volumes.get(name).remove(force=True)
+        if self._loop is not None:
+            self._loop.remove(name)
 
     def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
         with _translated("list volumes"):
@@ -138,7 +172,12 @@ class DockerRuntime:
 
     # -- containers --------------------------------------------------------
     def create_container(self, spec: ContainerSpec) -> ContainerState:
-        with _translated(f"create container {spec.name}"):
+        if self._loop is not None:
+            self._loop.ensure_mounted(spec.volume_name)
+        lock = self._network_lock(spec.network) if spec.network else contextlib.nullcontext()
+        with lock, _translated(f"create container {spec.name}"):
+            if spec.network:
+                self._ensure_network(spec.network, spec.network_labels)
             try:
                 container = self._client.containers.create(**self._create_kwargs(spec))
             except docker.errors.ImageNotFound:
@@ -173,6 +212,8 @@ class DockerRuntime:
             "volumes": {spec.volume_name: {"bind": spec.volume_mount, "mode": "rw"}},
             "stop_signal": "SIGTERM",
         }
+        if spec.network:
+            kwargs["network"] = spec.network
         if spec.real_gpus and spec.gpu_uuids:
             kwargs["device_requests"] = [
                 DeviceRequest(
@@ -203,12 +244,78 @@ class DockerRuntime:
                 container.reload()
         return _state_of(container.attrs)
 
-    def remove_container(self, container_id: str) -> None:
+    def remove_container(self, container_id: str, *, keep_network: bool = False) -> None:
         with _translated(f"remove container {container_id}"):
             try:
+                attrs = self._client.api.inspect_container(container_id)
                 self._client.api.remove_container(container_id, force=True, v=False)
             except docker.errors.NotFound:
                 return
+        network = str((attrs.get("HostConfig") or {}).get("NetworkMode") or "")
+        labels = (attrs.get("Config") or {}).get("Labels") or {}
+        if keep_network:
+            return
+        if labels.get(LABEL_MANAGED) == "true" and network not in ENGINE_NETWORKS:
+            self.remove_network(network)
+
+    # -- tenant networks (issue 9) --------------------------------------------
+    def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        with self._network_lock(name), _translated(f"create network {name}"):
+            self._ensure_network(name, labels)
+
+    def _ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        try:
+            self._client.api.inspect_network(name)
+            return
+        except docker.errors.NotFound:
+            pass
+        # A bridge of its own: containers on it reach each other and the
+        # internet (NAT); the engine's isolation rules drop traffic to other bridges.
+        try:
+            self._client.api.create_network(
+                name, driver="bridge", labels=labels, check_duplicate=True
+            )
+        except docker.errors.APIError as exc:
+            if "address pool" not in _explain(exc):
+                raise
+            # The engine's address pools are full (its defaults hold ~30 bridges):
+            # free the ones gpudock left unused (crashes, any cluster), then retry once.
+            self._remove_unused_networks()
+            self._client.api.create_network(
+                name, driver="bridge", labels=labels, check_duplicate=True
+            )
+
+    def _remove_unused_networks(self) -> None:
+        """gpudock networks that no container, running or not, is on. Not the
+        engine's `network prune`: it would take those of stopped containers."""
+        for network in self._client.api.networks(filters={"label": f"{LABEL_MANAGED}=true"}):
+            if not self._client.api.containers(all=True, filters={"network": network["Name"]}):
+                with contextlib.suppress(docker.errors.APIError):
+                    self._client.api.remove_network(network["Id"])
+
+    def remove_network(self, name: str) -> None:
+        with self._network_lock(name), _translated(f"remove network {name}"):
+            # Stopped containers keep their network by id: never pull it from under them.
+            if self._client.api.containers(all=True, filters={"network": name}):
+                return
+            try:
+                self._client.api.remove_network(name)
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as exc:
+                if exc.status_code in (403, 409):  # an endpoint appeared: still in use
+                    return
+                raise
+
+    def list_networks(self, labels: dict[str, str]) -> list[NetworkState]:
+        with _translated("list networks"):
+            found = self._client.api.networks(filters={"label": _label_filter(labels)})
+        return [NetworkState(name=n["Name"], labels=dict(n.get("Labels") or {})) for n in found]
+
+    def _network_lock(self, name: str) -> threading.Lock:
+        """One lock per network: creating a container on it and removing it never interleave."""
+        with self._network_guard:
+            return self._network_locks.setdefault(name, threading.Lock())
 
     def inspect_container(self, name_or_id: str) -> ContainerState | None:
         with _translated(f"inspect container {name_or_id}"):
@@ -304,15 +411,84 @@ class DockerRuntime:
         self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
     ) -> ExecStream:
         with _translated(f"start a session in container {container_id}"):
-            return docker_exec.open_exec_stream(self._client.api, container_id, command, tty, env)
+            return self._exec_streams.open(container_id, command, tty, env)
 
     def resize_exec(self, exec_id: str, width: int, height: int) -> None:
         with _translated(f"resize the terminal of exec {exec_id}"):
-            docker_exec.resize_exec(self._client.api, exec_id, width, height)
+            self._exec_streams.resize(exec_id, width, height)
 
     def exec_exit_code(self, exec_id: str) -> int | None:
         with _translated(f"inspect exec {exec_id}"):
-            return docker_exec.exec_exit_code(self._client.api, exec_id)
+            return self._exec_streams.exit_code(exec_id)
+
+    # -- data moves (issue 6: migration) -----------------------------------------
+    def copy_volume(
+        self,
+        source: str,
+        target: str,
+        *,
+        image: str,
+        helper_name: str,
+        labels: dict[str, str],
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        api = self._client.api
+        if self._loop is not None:  # issue 9: size-limited volumes unmounted by a reboot
+            self._loop.ensure_mounted(source)
+            self._loop.ensure_mounted(target)
+        with _translated(f"copy volume {source} to {target}"):
+            with contextlib.suppress(docker.errors.NotFound):
+                api.remove_container(helper_name, force=True)  # a copy cut short earlier
+            container = api.create_container(
+                image,
+                ["sh", "-c", _COPY_SCRIPT],
+                name=helper_name,
+                labels=labels,
+                network_disabled=True,
+                host_config=api.create_host_config(
+                    binds={
+                        source: {"bind": "/from", "mode": "ro"},
+                        target: {"bind": "/to", "mode": "rw"},
+                    },
+                    network_mode="none",
+                    security_opt=["no-new-privileges"],
+                    pids_limit=256,
+                ),
+            )
+            try:
+                api.start(container["Id"])
+                code = self._wait_for_copy(container["Id"], on_progress)
+                output = api.logs(container["Id"], stdout=True, stderr=True)
+            finally:
+                with contextlib.suppress(docker.errors.APIError):
+                    api.remove_container(container["Id"], force=True)
+        text = bytes(output).decode(errors="replace")
+        if code != 0:
+            raise RuntimeFailure(
+                f"copying volume {source} to {target} failed ({code}): {text[-500:]}"
+            )
+        total = _copy_total(text)
+        if on_progress is not None:
+            on_progress(total, total)
+        return total
+
+    def _wait_for_copy(
+        self, container_id: str, on_progress: Callable[[int, int], None] | None
+    ) -> int:
+        """Wait for the helper to exit, reporting progress from its log meanwhile."""
+        api = self._client.api
+        while True:
+            try:
+                return int(api.wait(container_id, timeout=1)["StatusCode"])
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                pass  # still copying: report where it is and wait again
+            if on_progress is not None:
+                text = bytes(api.logs(container_id, stdout=True, stderr=True)).decode(
+                    errors="replace"
+                )
+                done, total = _copy_progress(text)
+                if total:
+                    on_progress(done, total)
 
 
 def _tar_of(files: dict[str, bytes], mode: int) -> bytes:
@@ -356,6 +532,41 @@ def parse_docker_time(value: str | None) -> datetime | None:
 
 def _explain(exc: docker.errors.APIError) -> str:
     return str(exc.explanation or exc)
+
+
+# A fresh target gets `cp -a` (fastest); a target a cut-short copy left behind
+# gets rsync, which skips the files already complete (resume), or a clean
+# `cp -a` where the image has no rsync. A background `du` reports progress.
+_COPY_SCRIPT = r"""
+set -e
+echo "total $(du -sb /from | cut -f1)"
+( while sleep 1; do echo "done $(du -sb /to 2>/dev/null | cut -f1)"; done ) &
+watcher=$!
+if [ -z "$(find /to -mindepth 1 -maxdepth 1 ! -name lost+found -print -quit)" ]; then
+  cp -a /from/. /to/
+elif command -v rsync >/dev/null 2>&1; then
+  rsync -a --delete --inplace --exclude=/lost+found /from/ /to/
+else
+  find /to -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf {} +
+  cp -a /from/. /to/
+fi
+kill "$watcher" 2>/dev/null || true
+echo "copied"
+"""
+_COPY_TOTAL = re.compile(r"^total (\d+)", re.MULTILINE)
+_COPY_DONE = re.compile(r"^done (\d+)", re.MULTILINE)
+
+
+def _copy_total(log: str) -> int:
+    match = _COPY_TOTAL.search(log)
+    return int(match[1]) if match else 0
+
+
+def _copy_progress(log: str) -> tuple[int, int]:
+    """(bytes done, total) from the helper's log so far."""
+    done = _COPY_DONE.findall(log)
+    total = _copy_total(log)
+    return (min(int(done[-1]), total) if done else 0), total
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from gpudock.runtime.base import (
     ExecResult,
     ExecStream,
     ImageNotFound,
+    NetworkState,
     RawOutput,
     VolumeState,
 )
@@ -42,9 +43,13 @@ class FakeRuntime:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     containers: dict[str, _Container] = field(default_factory=dict)
     volumes: dict[str, VolumeState] = field(default_factory=dict)
+    volume_quotas_gb: dict[str, int | None] = field(default_factory=dict)
+    networks: dict[str, NetworkState] = field(default_factory=dict)
     files: dict[tuple[str, str], bytes] = field(default_factory=dict)
     run_results: dict[str, ExecResult] = field(default_factory=dict)
     exec_codes: dict[str, int | None] = field(default_factory=dict)
+    volume_copies: list[tuple[str, str]] = field(default_factory=list)
+    volume_sizes: dict[str, int] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -62,16 +67,52 @@ class FakeRuntime:
             raise ImageNotFound(f"image {ref!r} not found")
         self.images.add(ref)
 
-    def ensure_volume(self, name: str, labels: dict[str, str]) -> None:
+    def ensure_volume(self, name: str, labels: dict[str, str], size_gb: int | None = None) -> None:
         with self._lock:
-            self.volumes.setdefault(name, VolumeState(name=name, labels=dict(labels)))
+            if name not in self.volumes:
+                self.volumes[name] = VolumeState(name=name, labels=dict(labels))
+                self.volume_quotas_gb[name] = size_gb
 
     def remove_volume(self, name: str) -> None:
         with self._lock:
             self.volumes.pop(name, None)
+            self.volume_quotas_gb.pop(name, None)
+
+    # -- tenant networks (issue 9) --------------------------------------------
+    def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        with self._lock:
+            self.networks.setdefault(name, NetworkState(name=name, labels=dict(labels)))
+
+    def remove_network(self, name: str) -> None:
+        with self._lock:
+            if not any(c.spec.network == name for c in self.containers.values()):
+                self.networks.pop(name, None)
+
+    def list_networks(self, labels: dict[str, str]) -> list[NetworkState]:
+        return [n for n in self.networks.values() if labels.items() <= n.labels.items()]
 
     def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
         return [v for v in self.volumes.values() if labels.items() <= v.labels.items()]
+
+    def copy_volume(
+        self,
+        source: str,
+        target: str,
+        *,
+        image: str,
+        helper_name: str,
+        labels: dict[str, str],
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        with self._lock:
+            if source not in self.volumes or target not in self.volumes:
+                raise RuntimeFailure(f"could not copy volume {source} to {target}: no such volume")
+            self.volume_copies.append((source, target))
+        size = self.volume_sizes.get(source, 0)
+        self.volume_sizes[target] = size
+        if on_progress is not None:
+            on_progress(size, size)
+        return size
 
     def create_container(self, spec: ContainerSpec) -> ContainerState:
         with self._lock:
@@ -80,6 +121,10 @@ class FakeRuntime:
                 return found.state
             if spec.image not in self.images:
                 raise ImageNotFound(f"image {spec.image!r} not found")
+            if spec.network:
+                self.networks.setdefault(
+                    spec.network, NetworkState(name=spec.network, labels=dict(spec.network_labels))
+                )
             state = ContainerState(
                 id=f"fake{next(self._ids):08d}",
                 name=spec.name,
@@ -114,11 +159,13 @@ class FakeRuntime:
                 )
             return container.state
 
-    def remove_container(self, container_id: str) -> None:
+    def remove_container(self, container_id: str, *, keep_network: bool = False) -> None:
         with self._lock:
             container = self._find(container_id)
             if container is not None:
                 del self.containers[container.state.id]
+        if container is not None and container.spec.network and not keep_network:
+            self.remove_network(container.spec.network)
 
     def inspect_container(self, name_or_id: str) -> ContainerState | None:
         found = self._find(name_or_id)

@@ -28,6 +28,20 @@ def volume_name(cluster_id: str, instance_id: str) -> str:
     return f"gpudock-{cluster_id}-{instance_id}-data"
 
 
+def network_name(cluster_id: str, user_id: str) -> str:
+    """Each tenant's containers share a bridge of their own, apart from everyone else's."""
+    return f"gpudock-{cluster_id}-u-{user_id}"
+
+
+def network_labels(cluster_id: str, user_id: str) -> dict[str, str]:
+    return {**cluster_labels(cluster_id), LABEL_OWNER: user_id}
+
+
+def data_volume_of(cluster_id: str, instance: InstanceModel) -> str:
+    """The instance's data volume now: it gets a new name when it moves host (issue 6)."""
+    return instance.data_volume or volume_name(cluster_id, instance.id)
+
+
 def system_image_repository(cluster_id: str, instance_id: str) -> str:
     return f"gpudock-sys/{cluster_id}-{instance_id}"
 
@@ -90,7 +104,9 @@ def build_spec(
         cpus=instance.cpu,
         memory_mb=instance.memory_gb * 1024,
         pids_limit=settings.pids_limit,
-        volume_name=volume_name(cluster_id, instance.id),
+        volume_name=data_volume_of(cluster_id, instance),
         volume_mount=DATA_MOUNT,
         stop_timeout_s=settings.stop_timeout_s,
+        network=network_name(cluster_id, instance.user_id),
+        network_labels=network_labels(cluster_id, instance.user_id),
     )

@@ -23,19 +23,21 @@ from gpudock.db.models import (
     UserModel,
 )
 from gpudock.errors import Conflict, InvalidRequest, NotFound
-from gpudock.services import billing, images, metering, sizing
+from gpudock.services import billing, images, metering, migration_log, sizing
 from gpudock.services.context import ServiceContext
 
 S = InstanceStatus
 ALLOWED_TRANSITIONS: dict[InstanceStatus | None, frozenset[InstanceStatus]] = {
     None: frozenset({S.PENDING}),
     S.PENDING: frozenset({S.CREATING, S.STOPPED, S.DELETING, S.FAILED}),
-    S.CREATING: frozenset({S.RUNNING, S.STOPPING, S.DELETING, S.FAILED}),
-    S.RUNNING: frozenset({S.STOPPING, S.DELETING, S.CREATING, S.FAILED}),
+    S.CREATING: frozenset({S.RUNNING, S.STOPPING, S.DELETING, S.FAILED, S.MIGRATING}),
+    S.RUNNING: frozenset({S.STOPPING, S.DELETING, S.CREATING, S.FAILED, S.MIGRATING}),
     S.STOPPING: frozenset({S.STOPPED, S.STARTING, S.DELETING, S.FAILED}),
     S.STOPPED: frozenset({S.STARTING, S.DELETING}),
-    S.STARTING: frozenset({S.RUNNING, S.STOPPING, S.STOPPED, S.DELETING, S.FAILED}),
+    S.STARTING: frozenset({S.RUNNING, S.STOPPING, S.STOPPED, S.DELETING, S.FAILED, S.MIGRATING}),
     S.FAILED: frozenset({S.STARTING, S.STOPPED, S.DELETING}),
+    # issue 6: off a failed GPU; placed again → starting, or the user stops/deletes it
+    S.MIGRATING: frozenset({S.STARTING, S.STOPPING, S.STOPPED, S.DELETING, S.FAILED}),
     S.DELETING: frozenset({S.DELETED}),
     S.DELETED: frozenset(),
 }
@@ -83,6 +85,20 @@ def switch_instance_status(
         )
     )
     metering.on_transition(session, instance, old, new, at)  # issue 4: intervals open/close
+    migration_log.on_transition(session, instance, old, new, at)  # issue 6: moves finish
+
+
+def record_instance_note(
+    session: Session, instance: InstanceModel, message: str, at: datetime
+) -> None:
+    """An event on the instance's timeline that changes nothing (e.g. an Xid
+    its program caused); the status and its reason stay as they are."""
+    status = instance.status.value
+    session.add(
+        InstanceEventModel(
+            instance_id=instance.id, at=at, from_status=status, to_status=status, message=message
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -262,7 +278,13 @@ def _is_leased(instance: InstanceModel, now: datetime) -> bool:
 
 
 def _request(
-    ctx: ServiceContext, user: UserModel, ref: str, desired: DesiredState, verb: str
+    ctx: ServiceContext,
+    user: UserModel,
+    ref: str,
+    desired: DesiredState,
+    verb: str,
+    *,
+    stay: bool | None = None,
 ) -> InstanceModel:
     """Record the desired state; switch status now where no I/O is needed
     and no reconciler holds the row, else leave it to the reconciler."""
@@ -277,6 +299,8 @@ def _request(
         if desired == DesiredState.RUNNING and instance.status in (S.STOPPED, S.FAILED):
             billing.check_funds(session, ctx.settings, instance.user_id, instance, now)
         instance.desired_state = desired
+        if stay is not None:
+            instance.stay_on_host = stay
         if desired == DesiredState.RUNNING:
             instance.queued_at = (
                 now if instance.status in (S.STOPPED, S.FAILED) else instance.queued_at
@@ -295,18 +319,23 @@ def _switch_for_request(
     if desired == DesiredState.RUNNING and status in (S.STOPPED, S.FAILED):
         switch_instance_status(session, instance, S.STARTING, f"{verb} requested", now)
     elif desired == DesiredState.STOPPED:
-        if status in (S.PENDING, S.FAILED) or (status == S.STARTING and not instance.placed):
+        unplaced = status in (S.STARTING, S.MIGRATING) and not instance.placed
+        if status in (S.PENDING, S.FAILED) or unplaced:
             instance.placed = False
             switch_instance_status(session, instance, S.STOPPED, "stop requested", now)
-        elif status in (S.RUNNING, S.CREATING, S.STARTING):
+        elif status in (S.RUNNING, S.CREATING, S.STARTING, S.MIGRATING):
             switch_instance_status(session, instance, S.STOPPING, "stop requested", now)
     elif desired == DesiredState.DELETED and status != S.DELETING:
         switch_instance_status(session, instance, S.DELETING, "delete requested", now)
 
 
-def start_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+def start_instance(
+    ctx: ServiceContext, user: UserModel, ref: str, *, stay: bool = False
+) -> InstanceModel:
+    """Start on the old GPUs if free, else anywhere with the data moved along;
+    `stay` waits for a GPU on the instance's own host instead (issue 6)."""
     images.preflight_start(ctx, user, ref)  # issue 7: the image still fits the fleet
-    return _request(ctx, user, ref, DesiredState.RUNNING, "start")
+    return _request(ctx, user, ref, DesiredState.RUNNING, "start", stay=stay)
 
 
 def stop_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:

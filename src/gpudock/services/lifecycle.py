@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -16,13 +17,15 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import (
     DesiredState,
     GpuAllocationModel,
+    GpuModel,
+    GpuState,
     HostModel,
     InstanceModel,
     InstanceStatus,
 )
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime.base import LABEL_GPUS, ContainerState
-from gpudock.services import containers, images, metering
+from gpudock.services import containers, images, metering, migration
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import switch_instance_status
 from gpudock.services.inventory import allocated_gpu_ids
@@ -47,11 +50,13 @@ def plan_step(status: InstanceStatus, desired: DesiredState, placed: bool) -> st
     if desired == DesiredState.STOPPED:
         if status in (S.STOPPED, S.FAILED):
             return "none"
-        if status in (S.PENDING, S.STARTING) and not placed:
+        if status in (S.PENDING, S.STARTING, S.MIGRATING) and not placed:
             return "mark_stopped"
         return "stop"
     if status == S.STOPPING:
         return "stop"
+    if status == S.MIGRATING:  # issue 6: off its GPUs first, then the placement pass
+        return "evacuate" if placed else "none"
     if status in (S.STOPPED, S.FAILED):
         return "mark_starting"
     if status in (S.CREATING, S.STARTING) and placed:
@@ -109,29 +114,41 @@ class _RunPlan:
     gpus: list[str]
 
 
-def _read_run_plan(session: Session, instance: InstanceModel) -> _RunPlan:
+def _read_run_plan(session: Session, instance: InstanceModel) -> _RunPlan | None:
     host = session.get(HostModel, instance.host_id)
     if host is None:
         raise RuntimeFailure(f"instance {instance.id} is placed on a host that does not exist")
+    unfit = session.scalars(
+        select(GpuModel)
+        .join(GpuAllocationModel)
+        .where(GpuAllocationModel.instance_id == instance.id, GpuModel.state != GpuState.HEALTHY)
+    ).first()
+    if unfit is not None:  # issue 6: never start on a GPU that is not healthy
+        _release_placement(session, instance)
+        reason = f"GPU {unfit.index} of {host.name} is {unfit.state}; moving to a healthy GPU"
+        switch_instance_status(session, instance, S.MIGRATING, reason, datetime.now(UTC))
+        return None
     session.expunge(host)
     return _RunPlan(instance, host, allocated_gpu_ids(session, instance.id))
 
 
 def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
     run = with_lease(ctx, instance_id, token, _read_run_plan)
+    if run is None:
+        return
     instance, name = run.instance, containers.container_name(ctx.cluster_id, instance_id)
     try:
         ctx.runtime.ensure_image(instance.system_image)
-        ctx.runtime.ensure_volume(
-            containers.volume_name(ctx.cluster_id, instance_id),
-            containers.instance_labels(ctx.cluster_id, instance),
-        )
+        instance = migration.ensure_data_volume(ctx, instance, run.host, token)  # issue 6
         ctx.crash_point("after_volume")
         existing = ctx.runtime.inspect_container(name)
-        if existing is not None and existing.labels.get(LABEL_GPUS) != ",".join(run.gpus):
+        replaced = existing is not None and existing.labels.get(LABEL_GPUS) != ",".join(run.gpus)
+        if existing is not None and replaced:
             instance = _carry_writable_layer(ctx, instance, existing, token)
         spec = containers.build_spec(ctx.settings, ctx.cluster_id, instance, run.host, run.gpus)
         state = ctx.runtime.create_container(spec)
+        if replaced:  # issue 6: the old container held the old host's copy of the data
+            migration.remove_stale_volumes(ctx, instance)
         ctx.crash_point("after_create")
         state = ctx.runtime.start_container(state.id)
         ctx.crash_point("after_start")
@@ -159,7 +176,7 @@ def _carry_writable_layer(
         return row
 
     updated = with_lease(ctx, instance.id, token, mutate)
-    ctx.runtime.remove_container(existing.id)
+    ctx.runtime.remove_container(existing.id, keep_network=True)  # its successor joins it
     if instance.system_image != instance.image and instance.system_image != ref:
         ctx.runtime.remove_image(instance.system_image)
     return updated
@@ -230,6 +247,28 @@ def _stop(ctx: ServiceContext, instance_id: str, token: str) -> None:
     with_lease(ctx, instance_id, token, finish)
 
 
+# -- evacuate: off failed GPUs (issue 6) -----------------------------------------
+def _evacuate(ctx: ServiceContext, instance_id: str, token: str) -> None:
+    """Stop the container (its CUDA work is lost with the GPU anyway, so the
+    grace is short), keep it for its writable layer, release the GPUs; the
+    placement pass then finds healthy ones."""
+    name = containers.container_name(ctx.cluster_id, instance_id)
+    try:
+        ctx.runtime.stop_container(name, ctx.settings.migration_stop_timeout_s)
+    except RuntimeFailure as exc:
+        _note_retry(ctx, instance_id, token, exc)
+        raise _StopHere from exc
+    ctx.crash_point("after_evacuate")
+
+    def release_gpus(session: Session, instance: InstanceModel) -> None:
+        _release_placement(session, instance)
+        reason = f"{instance.status_reason}; stopped, waiting for a healthy GPU"
+        switch_instance_status(session, instance, S.MIGRATING, reason, ctx.clock())
+
+    with_lease(ctx, instance_id, token, release_gpus)
+    ctx.wake_reconciler()
+
+
 # -- delete: container, volume and committed system image go ------------------
 def _delete(ctx: ServiceContext, instance_id: str, token: str) -> None:
     def begin(session: Session, instance: InstanceModel) -> InstanceModel:
@@ -241,7 +280,7 @@ def _delete(ctx: ServiceContext, instance_id: str, token: str) -> None:
     try:
         ctx.runtime.remove_container(containers.container_name(ctx.cluster_id, instance_id))
         ctx.crash_point("after_container_remove")
-        ctx.runtime.remove_volume(containers.volume_name(ctx.cluster_id, instance_id))
+        ctx.runtime.remove_volume(containers.data_volume_of(ctx.cluster_id, instance))
         ctx.crash_point("after_volume_remove")
         if instance.system_image != instance.image:
             ctx.runtime.remove_image(instance.system_image)
@@ -267,6 +306,7 @@ _STEPS = {
     "run": _run,
     "stop": _stop,
     "delete": _delete,
+    "evacuate": _evacuate,
 }
 
 

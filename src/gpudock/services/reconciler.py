@@ -9,23 +9,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
     DesiredState,
     GpuAllocationModel,
+    HostModel,
     InstanceEventModel,
     InstanceModel,
     InstanceStatus,
 )
 from gpudock.errors import GpudockError
+from gpudock.runtime.base import LABEL_OWNER
 from gpudock.scheduler.placement import HostCapacity, Placement, PlacementRequest, place
-from gpudock.services import billing, charging, containers, images, lifecycle
+from gpudock.services import billing, charging, containers, health, images, lifecycle, migration
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import switch_instance_status
 from gpudock.services.inventory import capacity_snapshot
@@ -34,6 +38,7 @@ from gpudock.services.leases import release_all
 log = logging.getLogger(__name__)
 S = InstanceStatus
 GC_INTERVAL_S = 60.0
+WAITING = (S.PENDING, S.STARTING, S.MIGRATING)  # unplaced rows the placement pass serves
 
 
 class Reconciler:
@@ -48,6 +53,8 @@ class Reconciler:
         self._last_health = 0.0
         self._last_gc = 0.0
         self._last_billing = 0.0
+        self._last_gpu_health = 0.0
+        self._health_watch = health.HealthWatch()
 
     # -- lifecycle of the loop itself ---------------------------------------
     def start(self) -> None:
@@ -80,11 +87,15 @@ class Reconciler:
         if now - self._last_gc >= GC_INTERVAL_S:
             self._last_gc = now
             collect_garbage(self._ctx)
+        health.converge(self._ctx)  # issue 6: finish drains, re-request lost moves
         place_waiting(self._ctx)
         with self._ctx.reader() as session:
             ids = lifecycle.active_instance_ids(session)
         for instance_id in ids:
             self._submit(instance_id)
+        if now - self._last_gpu_health >= self._ctx.settings.gpu_health_interval_s:  # issue 6
+            self._last_gpu_health = now
+            health.health_pass(self._ctx, self._health_watch)
         if now - self._last_health >= self._ctx.settings.health_check_interval_s:
             self._last_health = now
             check_running(self._ctx)
@@ -137,7 +148,7 @@ def place_waiting(ctx: ServiceContext) -> None:
                 .where(
                     InstanceModel.desired_state == DesiredState.RUNNING,
                     InstanceModel.placed.is_(False),
-                    InstanceModel.status.in_((S.PENDING, S.STARTING)),
+                    InstanceModel.status.in_(WAITING),
                 )
                 .order_by(InstanceModel.queued_at, InstanceModel.id)
             )
@@ -148,6 +159,9 @@ def place_waiting(ctx: ServiceContext) -> None:
     for instance in waiting:
         request = _request_of(instance)
         hosts = images.runnable_hosts(ctx, instance.image, instance.gpu_model)  # issue 7
+        if instance.stay_on_host and instance.host_id is not None:  # issue 6: --stay
+            own = frozenset({instance.host_id})
+            hosts = own if hosts is None else hosts & own
         request = replace(request, allowed_hosts=hosts)
         placement = place(snapshot, request)
         if placement is None:
@@ -175,8 +189,14 @@ def _request_of(instance: InstanceModel) -> PlacementRequest:
 
 def waiting_reason(instance: InstanceModel) -> str:
     if instance.gpu_count:
-        return f"waiting for {instance.gpu_count} × {instance.gpu_model}"
-    return f"waiting for {instance.cpu:g} CPU and {instance.memory_gb} GB of memory"
+        what = f"{instance.gpu_count} × {instance.gpu_model}"
+        if instance.stay_on_host:
+            what += " on its own host (started with --stay)"
+    else:
+        what = f"{instance.cpu:g} CPU and {instance.memory_gb} GB of memory"
+    if instance.status == S.MIGRATING:
+        return f"moving: waiting for a healthy {what}; no capacity free now"
+    return f"waiting for {what}"
 
 
 def _note_waiting(ctx: ServiceContext, instance: InstanceModel) -> None:
@@ -185,7 +205,7 @@ def _note_waiting(ctx: ServiceContext, instance: InstanceModel) -> None:
         return
     with ctx.sessions.begin() as session:
         row = session.get(InstanceModel, instance.id, with_for_update=True)
-        if row is not None and not row.placed and row.status in (S.PENDING, S.STARTING):
+        if row is not None and not row.placed and row.status in WAITING:
             switch_instance_status(session, row, row.status, reason, ctx.clock())
 
 
@@ -200,7 +220,7 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
                 row is None
                 or row.placed
                 or row.desired_state != DesiredState.RUNNING
-                or row.status not in (S.PENDING, S.STARTING)
+                or row.status not in WAITING
             ):
                 return False
             refused = billing.shortfall(session, ctx.settings, row.user_id, row, now)
@@ -213,7 +233,10 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
             row.placed, row.host_id = True, placement.host_id
             session.flush()
             new_status = S.CREATING if row.status == S.PENDING else S.STARTING
-            switch_instance_status(session, row, new_status, "placed; starting the container", now)
+            reason = "placed; starting the container"
+            if row.status == S.MIGRATING:
+                reason = "placed on healthy GPUs; moving"
+            switch_instance_status(session, row, new_status, reason, now)
     except IntegrityError:
         log.info("placement of %s lost a race for a GPU; will retry", instance.id)
         return False
@@ -297,18 +320,71 @@ def collect_garbage(ctx: ServiceContext) -> int:
         log.warning("garbage collection skipped: %s", exc)
         return 0
     with ctx.sessions() as session:
-        live = set(
-            session.scalars(select(InstanceModel.id).where(InstanceModel.status != S.DELETED))
-        )
+        live_rows = session.scalars(
+            select(InstanceModel).where(InstanceModel.status != S.DELETED)
+        ).all()
+        live = {row.id for row in live_rows}
+        kept_volumes = _volumes_in_use(ctx, session, live_rows)
     removed = 0
     for container in found_containers:
-        if container.labels.get("gpudock.instance") not in live:
+        owner = container.labels.get("gpudock.instance")
+        if (
+            owner is not None
+            and owner in live
+            and container.name != containers.container_name(ctx.cluster_id, owner)
+        ):
+            if not container.running:  # a data-move helper a crash left behind (issue 6)
+                log.info("removing leftover helper container %s", container.name)
+                ctx.runtime.remove_container(container.id)
+                removed += 1
+            continue
+        if owner not in live:
             log.info("removing orphan container %s", container.name)
             ctx.runtime.remove_container(container.id)
             removed += 1
     for volume in found_volumes:
-        if volume.labels.get("gpudock.instance") not in live:
+        if volume.name not in kept_volumes:
             log.info("removing orphan volume %s", volume.name)
-            ctx.runtime.remove_volume(volume.name)
+            try:
+                ctx.runtime.remove_volume(volume.name)
+            except GpudockError as exc:  # still mounted by a container removed later
+                log.warning("could not remove volume %s yet: %s", volume.name, exc)
+                continue
             removed += 1
+    collect_networks(ctx)  # issue 9
     return removed
+
+
+def _volumes_in_use(
+    ctx: ServiceContext, session: Session, live_rows: Sequence[InstanceModel]
+) -> set[str]:
+    """Each live instance's data volume, and the target of a move in progress
+    (issue 6: after a move, the volume left on the old host is garbage)."""
+    hosts = {h.id: h for h in session.scalars(select(HostModel))}
+    kept = set()
+    for row in live_rows:
+        kept.add(containers.data_volume_of(ctx.cluster_id, row))
+        if row.host_id in hosts:
+            kept.add(migration.data_volume_on(ctx.cluster_id, row, hosts[row.host_id]))
+    return kept
+
+
+def collect_networks(ctx: ServiceContext) -> None:
+    """Remove tenant networks whose tenant has no live instance (the runtime
+    keeps any that a container is still on)."""
+    try:
+        found = ctx.runtime.list_networks(containers.cluster_labels(ctx.cluster_id))
+    except GpudockError as exc:
+        log.warning("network garbage collection skipped: %s", exc)
+        return
+    with ctx.sessions() as session:
+        tenants = set(
+            session.scalars(select(InstanceModel.user_id).where(InstanceModel.status != S.DELETED))
+        )
+    for network in found:
+        if network.labels.get(LABEL_OWNER) in tenants:
+            continue
+        try:
+            ctx.runtime.remove_network(network.name)
+        except GpudockError as exc:
+            log.warning("could not remove network %s: %s", network.name, exc)

@@ -47,6 +47,7 @@ def list_hosts(ctx: Context, _admin: AdminUser) -> list[HostPublic]:
                     numa_node=g.numa_node,
                     nvlink_peers=[p for p in g.nvlink_peers.split(",") if p],
                     state=g.state.value,
+                    state_reason=g.state_reason,
                     present=g.present,
                     instance_id=g.allocation.instance_id if g.allocation else None,
                 )

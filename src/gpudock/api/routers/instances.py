@@ -1,19 +1,32 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from gpudock.api.deps import Context, CurrentUser
+from gpudock.api.errors import error_responses
+from gpudock.api.links import links
 from gpudock.api.schemas import InstanceCreateRequest, InstanceEventPublic, InstancePublic
 from gpudock.services import instances, ssh_endpoint
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import InstanceRequest, InstanceView
 
 router = APIRouter(prefix="/instances", tags=["instances"])
-NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"description": "No such instance (or another tenant's)"}
+_ONE = "/instances/{instance_id}"
+_NEXT = {
+    "show": ("GET", _ONE),
+    "events": ("GET", _ONE + "/events"),
+    "sessions": ("GET", _ONE + "/sessions"),
+    "start": ("POST", _ONE + "/start"),
+    "stop": ("POST", _ONE + "/stop"),
+    "restart": ("POST", _ONE + "/restart"),
+    "delete": ("DELETE", _ONE),
 }
+NEXT = links(200, "instance_id", "id", _NEXT)  # what can be done with the instance returned
+NOT_FOUND = error_responses(404)
+SHOW = {**NOT_FOUND, **NEXT}
+CHANGE = {**error_responses(404, 409), **NEXT}  # stop, restart, delete: the state may forbid it
 
 
 def _public(ctx: ServiceContext, v: InstanceView) -> InstancePublic:
@@ -37,10 +50,16 @@ def _public(ctx: ServiceContext, v: InstanceView) -> InstancePublic:
         created_at=i.created_at,
         updated_at=i.updated_at,
         ssh_command=ssh_endpoint.ssh_command(ctx.settings, i.id),
+        stay_on_host=i.stay_on_host,
     )
 
 
-@router.post("", response_model=InstancePublic, status_code=201)
+@router.post(
+    "",
+    response_model=InstancePublic,
+    status_code=201,
+    responses={**error_responses(402, 409), **links(201, "instance_id", "id", _NEXT)},
+)
 def create(ctx: Context, user: CurrentUser, body: InstanceCreateRequest) -> InstancePublic:
     request = InstanceRequest(**body.model_dump())
     return _public(ctx, instances.view(ctx, instances.create_instance(ctx, user, request)))
@@ -51,27 +70,43 @@ def list_instances(ctx: Context, user: CurrentUser) -> list[InstancePublic]:
     return [_public(ctx, v) for v in instances.views(ctx, instances.list_instances(ctx, user))]
 
 
-@router.get("/{instance_id}", response_model=InstancePublic, responses=NOT_FOUND)
+@router.get("/{instance_id}", response_model=InstancePublic, responses=SHOW)
 def show(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
     return _public(ctx, instances.view(ctx, instances.get_instance(ctx, user, instance_id)))
 
 
-@router.post("/{instance_id}/start", response_model=InstancePublic, responses=NOT_FOUND)
-def start(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(ctx, instances.view(ctx, instances.start_instance(ctx, user, instance_id)))
+@router.post(
+    "/{instance_id}/start",
+    response_model=InstancePublic,
+    responses={**error_responses(402, 404, 409), **NEXT},
+)
+def start(
+    ctx: Context,
+    user: CurrentUser,
+    instance_id: str,
+    stay: Annotated[
+        bool,
+        Query(
+            description="Wait for a GPU on the instance's own host instead of moving "
+            "it (with its data) to another host that has one free."
+        ),
+    ] = False,
+) -> InstancePublic:
+    started = instances.start_instance(ctx, user, instance_id, stay=stay)
+    return _public(ctx, instances.view(ctx, started))
 
 
-@router.post("/{instance_id}/stop", response_model=InstancePublic, responses=NOT_FOUND)
+@router.post("/{instance_id}/stop", response_model=InstancePublic, responses=CHANGE)
 def stop(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
     return _public(ctx, instances.view(ctx, instances.stop_instance(ctx, user, instance_id)))
 
 
-@router.post("/{instance_id}/restart", response_model=InstancePublic, responses=NOT_FOUND)
+@router.post("/{instance_id}/restart", response_model=InstancePublic, responses=CHANGE)
 def restart(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
     return _public(ctx, instances.view(ctx, instances.restart_instance(ctx, user, instance_id)))
 
 
-@router.delete("/{instance_id}", response_model=InstancePublic, responses=NOT_FOUND)
+@router.delete("/{instance_id}", response_model=InstancePublic, responses=CHANGE)
 def delete(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
     return _public(ctx, instances.view(ctx, instances.delete_instance(ctx, user, instance_id)))
 

@@ -167,7 +167,7 @@ def _act(ref: str, verb: str, target: str, *, wait: bool, timeout: float, json: 
     if json:
         output.print_json(instance)
         return
-    _report((DONE if wait else REQUESTED)[verb], instance)
+    _report((DONE if wait else REQUESTED)[verb.partition("?")[0]], instance)
 
 
 def _request(client: ApiClient, ref: str, verb: str) -> dict[str, Any]:
@@ -191,10 +191,18 @@ def start(
     ref: RefArg,
     wait: WaitFlag = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+    stay: Annotated[
+        bool,
+        typer.Option(
+            "--stay", help="Wait for a GPU on its own host instead of moving it (with its data)."
+        ),
+    ] = False,
     json_output: JsonFlag = False,
 ) -> None:
-    """Start a stopped (or failed) instance, on any host with room."""
-    _act(ref, "start", "running", wait=wait, timeout=timeout, json=json_output)
+    """Start a stopped (or failed) instance: on its old GPUs if free, else on any
+    host with room, its data moved along (same id, same SSH endpoint)."""
+    verb = "start?stay=true" if stay else "start"
+    _act(ref, verb, "running", wait=wait, timeout=timeout, json=json_output)
 
 
 @app.command("stop")

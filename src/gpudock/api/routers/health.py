@@ -1,0 +1,119 @@
+"""GPU health for operators: faults (and injecting them on simulated fleets),
+repair, drain, migrations and reliability statistics (issue 6)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from gpudock.api.deps import AdminUser, Context
+from gpudock.api.errors import error_responses
+from gpudock.db.models import GpuModel
+from gpudock.services import health, reliability
+from gpudock.services.health import FaultView
+
+router = APIRouter(prefix="/admin", tags=["health"])
+
+
+class FaultRequest(BaseModel):
+    xid: int = Field(ge=1, le=65535, description="The NVIDIA Xid to report, e.g. 48 or 79.")
+    message: str = Field(default="", max_length=500)
+
+
+class FaultPublic(BaseModel):
+    id: int
+    gpu_uuid: str
+    host_id: str
+    kind: str
+    xid: int | None
+    action: str = Field(description="notify, migrate, migrate_deferred, drain_host, host_lost")
+    source: str
+    message: str
+    at: datetime
+    repaired_at: datetime | None
+    gpu_state: str
+
+
+class GpuStatePublic(BaseModel):
+    uuid: str
+    state: str
+    state_reason: str
+
+
+class GpuReliabilityPublic(BaseModel):
+    uuid: str
+    host: str
+    model: str
+    state: str
+    hours_in_service: float
+    failures: int
+    mtbf_hours: float | None
+    faults: dict[str, int]
+    migrations: int
+
+
+class ModelReliabilityPublic(BaseModel):
+    model: str
+    gpus: int
+    hours_in_service: float
+    failures: int
+    mtbf_hours: float | None
+    reference_mtbf_hours: float | None
+    faults: dict[str, int]
+    migrations: int
+    interruption_p50_s: float | None
+    interruption_max_s: float | None
+
+
+class ReliabilityPublic(BaseModel):
+    models: list[ModelReliabilityPublic]
+    gpus: list[GpuReliabilityPublic]
+
+
+def _fault(view: FaultView) -> FaultPublic:
+    return FaultPublic(**view.__dict__)
+
+
+def _state(gpu: GpuModel) -> GpuStatePublic:
+    return GpuStatePublic(uuid=gpu.id, state=gpu.state.value, state_reason=gpu.state_reason)
+
+
+@router.post(
+    "/gpus/{gpu_uuid}/faults",
+    response_model=FaultPublic,
+    status_code=201,
+    responses=error_responses(404, 409),
+)
+def inject_fault(ctx: Context, admin: AdminUser, gpu_uuid: str, body: FaultRequest) -> FaultPublic:
+    """Simulated fleets only: the GPU reports this Xid as NVML would."""
+    return _fault(health.inject_fault(ctx, admin, gpu_uuid, body.xid, body.message))
+
+
+@router.post(
+    "/gpus/{gpu_uuid}/repair", response_model=GpuStatePublic, responses=error_responses(404, 409)
+)
+def repair(ctx: Context, admin: AdminUser, gpu_uuid: str) -> GpuStatePublic:
+    return _state(health.repair_gpu(ctx, admin, gpu_uuid))
+
+
+@router.post(
+    "/gpus/{gpu_uuid}/drain", response_model=GpuStatePublic, responses=error_responses(404, 409)
+)
+def drain(ctx: Context, admin: AdminUser, gpu_uuid: str) -> GpuStatePublic:
+    return _state(health.drain_gpu(ctx, admin, gpu_uuid))
+
+
+@router.get("/faults", response_model=list[FaultPublic])
+def list_faults(ctx: Context, admin: AdminUser) -> list[FaultPublic]:
+    return [_fault(v) for v in health.list_faults(ctx, admin)]
+
+
+@router.get("/reliability", response_model=ReliabilityPublic)
+def get_reliability(ctx: Context, admin: AdminUser) -> ReliabilityPublic:
+    found = reliability.report(ctx, admin)
+    return ReliabilityPublic(
+        models=[ModelReliabilityPublic(**m.__dict__) for m in found.models],
+        gpus=[GpuReliabilityPublic(**g.__dict__) for g in found.gpus],
+    )
