@@ -2,7 +2,8 @@
 
 Seeds a SQLite database through the services on the fake runtime (simulated
 fleet of 40 GPUs): 1,000 instances owned by one user, the reconciler run once
-so that the fleet fills and the rest wait as pending. Then it logs in through
+so that the fleet fills and the rest wait as pending; GPUs priced, the user
+topped up, and the running 40 stopped once (40 ledger lines) and replaced. Then it logs in through
 the login form as that user and as the admin and times each console page
 in-process through the ASGI app (`TestClient`: no network, so the time is the
 server's, plus a fraction of a millisecond of client overhead).
@@ -27,8 +28,9 @@ from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
+from gpudock.billing.money import parse_amount
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import accounts, instances, users
+from gpudock.services import accounts, billing, instances, ssh_keys, users
 from gpudock.services.instances import InstanceRequest
 from gpudock.services.platform import Platform, open_platform
 from gpudock.settings import Settings
@@ -36,6 +38,10 @@ from gpudock.settings import Settings
 FLEET = "4x8xA100-80GB,2x4xRTX4090-24GB"
 BUDGET_MS = 200.0
 PASSWORD = "bench password"  # noqa: S105 (a throwaway database)
+IMAGE = "pytorch/pytorch:2.1.2-cuda11.8-cudnn8-runtime"
+KEY = (  # a throwaway public key
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAegOvaxbWS1uzfZ7VYy0xFyivQOf26UCmrOzhnzqsDs bench"
+)
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -51,11 +57,17 @@ class PageTime:
 
 
 def seed(platform: Platform, count: int) -> str:
-    """`count` instances for user 'alice' through the services; returns one instance id."""
+    """`count` instances for user 'alice' through the services, priced GPUs, a top-up,
+    and one round of stops (each a ledger line); returns one instance id."""
     accounts.configure_hashing(PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
     alice = users.create_user(platform.ctx, "alice").user
     accounts.set_password(platform.ctx, "alice", PASSWORD)
     accounts.set_password(platform.ctx, users.ADMIN_NAME, PASSWORD)
+    admin = next(u for u in users.list_users(platform.ctx) if u.is_admin)
+    for model, price in (("A100-80GB", "7.2"), ("RTX4090-24GB", "3.6")):
+        billing.set_price(platform.ctx, admin, "gpu", model, parse_amount(price))
+    billing.topup(platform.ctx, admin, "alice", parse_amount("100000"), None)
+    ssh_keys.add_key(platform.ctx, alice, KEY, "laptop")
     first = ""
     for n in range(count):
         model = "A100-80GB" if n % 2 else "RTX4090-24GB"
@@ -63,6 +75,12 @@ def seed(platform: Platform, count: int) -> str:
             platform.ctx, alice, InstanceRequest(gpu_model=model, gpu_count=1, name=f"job-{n}")
         )
         first = first or made.id
+    platform.reconciler.drain()
+    running = [
+        i for i in instances.list_instances(platform.ctx, alice) if i.status.value == "running"
+    ]
+    for instance in running:  # their charges close: one compute line each
+        instances.stop_instance(platform.ctx, alice, instance.id)
     platform.reconciler.drain()
     return first
 
@@ -102,11 +120,25 @@ def measure(platform: Platform, instance_id: str, repeat: int) -> list[PageTime]
             "/instances/new/availability?gpu_model=A100-80GB",
             f"/instances/{instance_id}",
             f"/instances/{instance_id}/live",
+            f"/instances/new/image-hint?image={IMAGE}&gpu_model=A100-80GB",
             "/account",
+            "/billing",
+            "/billing?days=90",
+            "/billing/ledger.csv",
+            "/ssh-keys",
+            "/images",
         ],
-        "admin": ["/", "/instances", "/admin/hosts", "/admin/hosts/live", "/admin/users"],
+        "admin": [
+            "/",
+            "/instances",
+            "/admin/hosts",
+            "/admin/hosts/live",
+            "/admin/users",
+            "/admin/billing",
+            "/admin/reliability",
+        ],
     }
-    results = []
+    results: list[PageTime] = []
     for who, paths in pages.items():
         client = log_in(platform, who)
         results.extend(time_page(client, who, path, repeat) for path in paths)

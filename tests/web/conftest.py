@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
@@ -46,10 +47,11 @@ class Browser:
     def csrf(self, path: str = "/") -> str:
         return csrf_of(self.client.get(path).text)
 
-    def post(self, path: str, data: dict[str, str] | None = None) -> object:
-        return self.client.post(
+    def post(self, path: str, data: dict[str, str] | None = None) -> httpx.Response:
+        response: httpx.Response = self.client.post(
             path, data={**(data or {}), "csrf_token": self.csrf()}, follow_redirects=False
         )
+        return response
 
 
 def make_user(platform: Platform, name: str, *, admin: bool = False) -> None:

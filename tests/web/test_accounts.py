@@ -64,7 +64,7 @@ def test_session_cookie_flags(platform_factory: PlatformFactory) -> None:
 def test_logout_invalidates_the_session_server_side(console: Platform) -> None:
     browser = log_in(console, "alice")
     stolen = browser.client.cookies["gpudock_session"]
-    assert browser.post("/logout").status_code == 303  # type: ignore[attr-defined]
+    assert browser.post("/logout").status_code == 303
     with console.ctx.sessions() as session:
         assert session.scalars(select(WebSessionModel)).all() == []
     replay = TestClient(create_app(console, run_reconciler=False))
@@ -89,11 +89,11 @@ def test_change_password_ends_other_sessions(console: Platform) -> None:
     first, second = log_in(console, "alice"), log_in(console, "alice")
     new = "a brand new password"
     bad = first.post("/account/password", {"current": "nope", "new": new, "repeat": new})
-    assert bad.status_code == 422  # type: ignore[attr-defined]
+    assert bad.status_code == 422
     differ = first.post("/account/password", {"current": PASSWORD, "new": new, "repeat": "x"})
-    assert differ.status_code == 422  # type: ignore[attr-defined]
+    assert differ.status_code == 422
     done = first.post("/account/password", {"current": PASSWORD, "new": new, "repeat": new})
-    assert done.status_code == 303  # type: ignore[attr-defined]
+    assert done.status_code == 303
     assert first.client.get("/", follow_redirects=False).status_code == 200
     assert second.client.get("/", follow_redirects=False).status_code == 303
     log_in(console, "alice", new)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncssh
 import docker
 import pytest
 from playwright.sync_api import Locator, Page, expect
@@ -66,8 +67,11 @@ def test_user_and_operator_journey_in_chromium(
         page.goto(f"{url}/instances")
         expect(page).to_have_url(f"{url}/login?next=/instances")
         page.screenshot(path=shots / "login.png")
+        set_price_and_top_up(page, url, shots)
+        page.goto(f"{url}/instances")
         log_in(page, url, "alice")
         expect(page).to_have_url(f"{url}/instances")
+        add_ssh_key(page, shots)
         instance_id = create_and_watch(page, url, shots)
         assert container_state(engine, real, instance_id) == "running"  # a real container
         ssh = page.locator("#ssh-command")
@@ -79,6 +83,8 @@ def test_user_and_operator_journey_in_chromium(
         else:
             expect(page.locator("body")).not_to_contain_text("docker exec")
         stop_and_start(page, engine, real, instance_id)
+        see_the_ledger_line(page, shots)
+        page.goto(f"{url}/instances/{instance_id}")
         switch_languages(page, shots)
         page.goto(f"{url}/")
         page.screenshot(path=shots / "dashboard.png", full_page=True)
@@ -90,15 +96,67 @@ def test_user_and_operator_journey_in_chromium(
         operator(page, url, shots)
 
 
+def set_price_and_top_up(page: Page, url: str, shots: Path) -> None:
+    """As the admin: RTX 4090s cost 3.6 an hour, and alice gets 100 to spend."""
+    log_in(page, url, "admin")
+    page.click("header nav >> text=Prices & top-ups")
+    form = page.locator("#price-form")
+    form.locator("select[name=kind]").select_option("gpu")
+    form.locator("select[name=gpu_model]").select_option("RTX4090-24GB")
+    form.locator("input[name=amount]").fill("3.6")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("tr[data-price='gpu:RTX4090-24GB']")).to_contain_text("3.6")
+    topup = page.locator("#topup-form")
+    topup.locator("select[name=user]").select_option("alice")
+    topup.locator("input[name=amount]").fill("100")
+    topup.locator("button[type=submit]").click()
+    expect(page.locator("#topped")).to_contain_text("Credited 100 CNY to alice")
+    page.screenshot(path=shots / "admin-billing.png", full_page=True)
+    page.click("header form button")  # log out
+    expect(page).to_have_url(f"{url}/login")
+
+
+def add_ssh_key(page: Page, shots: Path) -> None:
+    page.click("header nav >> text=SSH keys")
+    key = asyncssh.generate_private_key("ssh-ed25519", comment="alice@laptop")
+    page.fill("textarea[name=public_key]", key.export_public_key().decode())
+    page.click("#key-form button[type=submit]")
+    expect(page.locator("tr[data-key='alice@laptop']")).to_contain_text("SHA256:")
+    page.screenshot(path=shots / "ssh-keys.png", full_page=True)
+
+
+def see_the_ledger_line(page: Page, shots: Path) -> None:
+    """The stop closed the first running interval: a compute line at 3.6/h."""
+    page.click("header nav >> text=Billing")
+    line = page.locator("#ledger tr[data-kind=compute]").first
+    expect(line).to_contain_text("web-demo")
+    expect(line).to_contain_text("1 × RTX4090-24GB at 3.6/h")
+    expect(page.locator("#ledger tr[data-kind=topup]")).to_contain_text("100")
+    expect(page.locator("#usage tr[data-usage]")).to_contain_text("web-demo")
+    expect(page.locator("#spend-chart rect.bar")).to_have_count(30)
+    page.screenshot(path=shots / "billing.png", full_page=True)
+    page.click("header nav >> text=Images")
+    expect(page.locator("#images tr[data-image]").first).to_be_visible()
+    page.screenshot(path=shots / "images.png", full_page=True)
+
+
 def create_and_watch(page: Page, url: str, shots: Path) -> str:
+    page.click("header nav >> text=Instances")
     page.click("text=New instance")
     page.select_option("select[name=gpu_model]", "RTX4090-24GB")
     expect(page.locator("#availability")).to_contain_text("2 of 2 free")
+    expect(page.locator("#estimate")).to_have_text("3.6 CNY")
+    page.fill("input[name=gpu_count]", "2")
+    page.locator("input[name=gpu_count]").dispatch_event("change")
+    expect(page.locator("#estimate")).to_have_text("7.2 CNY")
+    expect(page.locator("#image-hint [data-compat]")).to_be_visible()
     page.fill("input[name=name]", "web-demo")
     page.fill("input[name=gpu_count]", "3")
     page.click("#create-form button[type=submit]")
     expect(page.locator(".field-error")).to_contain_text("at most 2")  # the service's message
     page.fill("input[name=gpu_count]", "1")
+    page.locator("input[name=gpu_count]").dispatch_event("change")
+    expect(page.locator("#estimate")).to_have_text("3.6 CNY")
     page.screenshot(path=shots / "instance-new.png", full_page=True)
     page.click("#create-form button[type=submit]")
     expect(page.locator("h1")).to_contain_text("web-demo")
@@ -138,9 +196,36 @@ def operator(page: Page, url: str, shots: Path) -> None:
     expect(host).to_contain_text("(alice)")
     expect(host.locator("[data-state=healthy]")).to_have_count(2)
     page.screenshot(path=shots / "admin-hosts.png", full_page=True)
+    inject_and_repair(page, shots)
     page.click("header nav >> text=Users")
     page.fill("input[name=name]", "carol")
     page.click("main form button[type=submit]")
     expect(page.locator("#new-token")).to_contain_text("gpd_")
     expect(page.locator("tr[data-user=carol]")).to_be_visible()
     page.screenshot(path=shots / "admin-users.png", full_page=True)
+
+
+def inject_and_repair(page: Page, shots: Path) -> None:
+    """Xid 48 (double-bit ECC) on an idle simulated A100: it leaves service, then comes back."""
+    option = page.locator("#fault-form select[name=gpu] option", has_text="sim0-a100-80gb #0")
+    gpu = option.get_attribute("value")
+    assert gpu
+    page.select_option("#fault-form select[name=gpu]", gpu)
+    page.fill("#fault-form input[name=xid]", "48")
+    page.fill("#fault-form input[name=message]", "browser drill")
+    page.click("button[data-action=inject-fault]")
+    row = page.locator(f"tr[data-gpu='{gpu}']")
+    expect(row.locator("[data-state]")).to_have_attribute(
+        "data-state", "unhealthy", timeout=WAIT_MS
+    )
+    expect(row).to_contain_text("Xid 48")
+    row.scroll_into_view_if_needed()
+    page.screenshot(path=shots / "admin-gpu-fault.png", full_page=True)
+    page.click("header nav >> text=Reliability")
+    expect(page.locator("#faults")).to_contain_text("browser drill")
+    page.screenshot(path=shots / "admin-reliability.png", full_page=True)
+    page.click("header nav >> text=Hosts & GPUs")
+    page.locator(f"tr[data-gpu='{gpu}'] button[data-action=repair]").click()
+    expect(page.locator(f"tr[data-gpu='{gpu}'] [data-state]")).to_have_attribute(
+        "data-state", "healthy", timeout=WAIT_MS
+    )

@@ -17,8 +17,8 @@ from tests.web.conftest import Browser, log_in
 def create(browser: Browser, **fields: str) -> str:
     data = {"gpu_model": "A100-80GB", "gpu_count": "1", "name": "", "image": "", "disk_gb": ""}
     response = browser.post("/instances", {**data, **fields})
-    assert response.status_code == 303, response.text  # type: ignore[attr-defined]
-    location: str = response.headers["location"]  # type: ignore[attr-defined]
+    assert response.status_code == 303, response.text
+    location: str = response.headers["location"]
     return location.rsplit("/", 1)[1]
 
 
@@ -36,7 +36,7 @@ def test_another_users_instance_is_404_everywhere(console: Platform) -> None:
         response = bob.client.get(path)
         assert response.status_code == 404 and "Not found" in response.text
     for verb in ("stop", "delete"):
-        assert bob.post(f"/instances/{instance_id}/{verb}").status_code == 404  # type: ignore[attr-defined]
+        assert bob.post(f"/instances/{instance_id}/{verb}").status_code == 404
     assert "secret" not in bob.client.get("/instances").text
     assert status_on_page(alice, instance_id) == "pending"  # untouched
 
@@ -45,7 +45,7 @@ def test_operator_pages_are_for_admins_only(console: Platform) -> None:
     alice = log_in(console, "alice")
     for path in ("/admin/hosts", "/admin/users", "/admin/hosts/live"):
         assert alice.client.get(path).status_code == 403
-    assert alice.post("/admin/users", {"name": "mallory"}).status_code == 403  # type: ignore[attr-defined]
+    assert alice.post("/admin/users", {"name": "mallory"}).status_code == 403
     assert "/admin/hosts" not in alice.client.get("/").text
 
 
@@ -66,8 +66,8 @@ def test_create_form_shows_service_errors_inline(
     alice = log_in(console, "alice")
     data = {"gpu_model": "A100-80GB", "gpu_count": "1", "name": "", "image": "", "disk_gb": ""}
     response = alice.post("/instances", {**data, **fields})
-    assert response.status_code == 422  # type: ignore[attr-defined]
-    html = response.text  # type: ignore[attr-defined]
+    assert response.status_code == 422
+    html = response.text
     assert f'data-field="{field}"' in html and 'class="field-error"' in html
     assert message in html
     for value in fields.values():
@@ -85,14 +85,14 @@ def test_create_stop_start_restart_delete(console: Platform) -> None:
     assert 'id="running-count">1<' in dashboard and "train" in dashboard
     for verb, settled in (("stop", "stopped"), ("start", "running"), ("restart", "running")):
         response = alice.post(f"/instances/{instance_id}/{verb}")
-        assert response.status_code == 303, response.text  # type: ignore[attr-defined]
+        assert response.status_code == 303, response.text
         console.reconciler.drain()
         assert status_on_page(alice, instance_id) == settled
     events = alice.client.get(f"/instances/{instance_id}").text
     assert events.count("<li><time>") >= 8
-    assert alice.post(f"/instances/{instance_id}/explode").status_code == 404  # type: ignore[attr-defined]
+    assert alice.post(f"/instances/{instance_id}/explode").status_code == 404
     deleted = alice.post(f"/instances/{instance_id}/delete")
-    assert deleted.headers["location"] == "/instances"  # type: ignore[attr-defined]
+    assert deleted.headers["location"] == "/instances"
     console.reconciler.drain()
     assert "train" not in alice.client.get("/instances/rows").text
 
@@ -101,7 +101,7 @@ def test_conflicting_action_is_an_error_page(console: Platform) -> None:
     alice = log_in(console, "alice")
     instance_id = create(alice)
     response = alice.post(f"/instances/{instance_id}/restart")
-    assert response.status_code == 409 and "only a running instance" in response.text  # type: ignore[attr-defined]
+    assert response.status_code == 409 and "only a running instance" in response.text
 
 
 def test_admin_sees_tenants_on_hosts_and_creates_users(console: Platform) -> None:
@@ -113,10 +113,10 @@ def test_admin_sees_tenants_on_hosts_and_creates_users(console: Platform) -> Non
     assert 'data-state="healthy"' in hosts
     assert "alice" in admin.client.get("/instances").text  # admins see every instance
     made = admin.post("/admin/users", {"name": "carol", "password": "carol's password"})
-    assert made.status_code == 201 and "gpd_" in made.text  # type: ignore[attr-defined]
+    assert made.status_code == 201 and "gpd_" in made.text
     log_in(console, "carol", "carol's password")
     again = admin.post("/admin/users", {"name": "carol"})
-    assert again.status_code == 422 and "already exists" in again.text  # type: ignore[attr-defined]
+    assert again.status_code == 422 and "already exists" in again.text
 
 
 def test_language_switch_is_remembered(console: Platform) -> None:

@@ -22,9 +22,26 @@ def _gib(memory_mb: int) -> str:
     return f"{memory_mb / 1024:.0f} GB"
 
 
+def _duration(seconds: int) -> str:
+    """4000 → '1 h 06 min'; under a minute, seconds."""
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, minutes = divmod(seconds // 60, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
+
+
+def _size(size_bytes: int) -> str:
+    for unit, scale in (("GB", 1024**3), ("MB", 1024**2)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.1f} {unit}"
+    return f"{size_bytes // 1024} KB"
+
+
 def mount_console(app: FastAPI) -> None:
     TEMPLATES.env.filters["when"] = _when
     TEMPLATES.env.filters["gib"] = _gib
+    TEMPLATES.env.filters["duration"] = _duration
+    TEMPLATES.env.filters["size"] = _size
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in (
         pages_auth.router,

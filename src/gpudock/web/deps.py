@@ -23,6 +23,7 @@ from gpudock.errors import (
     GpudockError,
     InvalidRequest,
     NotFound,
+    PaymentRequired,
     RuntimeFailure,
     Unauthenticated,
 )
@@ -37,8 +38,14 @@ LOGIN_CSRF_COOKIE = "gpudock_login_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-_STATUS = [(InvalidRequest, 422), (Forbidden, 403), (NotFound, 404), (Conflict, 409)]
-_TITLES = {403: "Forbidden", 404: "Not found"}
+_STATUS = [
+    (InvalidRequest, 422),
+    (Forbidden, 403),
+    (NotFound, 404),
+    (Conflict, 409),
+    (PaymentRequired, 402),
+]
+_TITLES = {402: "Not enough balance", 403: "Forbidden", 404: "Not found"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",

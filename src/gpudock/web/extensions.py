@@ -12,12 +12,16 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter
 
-from gpudock.db.models import UserModel
+from gpudock.db.models import SshSessionModel, UserModel
 from gpudock.services.context import ServiceContext
 from gpudock.settings import Settings
+
+if TYPE_CHECKING:
+    from gpudock.services import web_queries
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,20 @@ OPTIONAL_PAGES = (
     OptionalPage("ssh_keys", "SSH keys", "/ssh-keys", "gpudock.services.ssh_keys"),
     OptionalPage("billing", "Billing", "/billing", "gpudock.services.billing"),
     OptionalPage("images", "Images", "/images", "gpudock.services.images"),
+    OptionalPage(
+        "billing_admin",
+        "Prices & top-ups",
+        "/admin/billing",
+        "gpudock.services.billing",
+        admin_only=True,
+    ),
+    OptionalPage(
+        "health",
+        "Reliability",
+        "/admin/reliability",
+        "gpudock.services.reliability",
+        admin_only=True,
+    ),
 )
 
 
@@ -87,6 +105,32 @@ def gpu_prices(ctx: ServiceContext) -> dict[str, str] | None:
     return billing.gpu_prices_per_hour(ctx)
 
 
+def estimate_per_hour(ctx: ServiceContext, gpu_model: str | None, gpu_count: int) -> str | None:
+    """What this shape would cost per hour now, with the currency; None without billing."""
+    if not _exists("gpudock.services.billing"):
+        return None
+    from gpudock.billing.money import format_amount
+    from gpudock.services import web_queries
+
+    estimate = web_queries.estimate(ctx, gpu_model, gpu_count)
+    return f"{format_amount(estimate.per_hour)} {ctx.settings.currency}"
+
+
+def has_page(key: str) -> bool:
+    return any(p.key == key for p in present_pages())
+
+
+def ssh_sessions(
+    ctx: ServiceContext, user: UserModel, instance_id: str, limit: int = 20
+) -> list[SshSessionModel] | None:
+    """The instance's SSH audit trail, newest first, once the gateway is installed."""
+    if not _exists("gpudock.services.ssh_sessions"):
+        return None
+    from gpudock.services import ssh_sessions
+
+    return ssh_sessions.list_sessions(ctx, user, instance_id, limit)
+
+
 def balance(ctx: ServiceContext, user: UserModel) -> str | None:
     """The user's available balance with its currency, once billing is installed."""
     if not _exists("gpudock.services.billing"):
@@ -95,3 +139,23 @@ def balance(ctx: ServiceContext, user: UserModel) -> str | None:
     from gpudock.services import billing
 
     return f"{format_amount(billing.summary(ctx, user).available)} {ctx.settings.currency}"
+
+
+def image_hint(
+    ctx: ServiceContext, user: UserModel, image: str, gpu_model: str | None
+) -> web_queries.ImageHint | None:
+    """Whether `image` runs on `gpu_model` here, once the images catalog is installed."""
+    if not image or not _exists("gpudock.services.images"):
+        return None
+    from gpudock.services import web_queries
+
+    return web_queries.image_hint(ctx, user, image, gpu_model)
+
+
+def image_choices(ctx: ServiceContext, user: UserModel) -> list[tuple[str, str]]:
+    """(reference, name) of the images the user may pick, for the form's suggestions."""
+    if not _exists("gpudock.services.images"):
+        return []
+    from gpudock.services import images
+
+    return [(s.reference, s.name) for s in images.list_images(ctx, user)]

@@ -110,6 +110,7 @@ ZH_CN: dict[str, str] = {
     "{n} instances": "共 {n} 个实例",
     "Not found": "未找到",
     "Forbidden": "无权访问",
+    "Not enough balance": "余额不足",
     "Something went wrong": "出错了",
     "Back to the dashboard": "返回概览",
     "updates every 2 s": "每 2 秒自动刷新",
@@ -121,6 +122,7 @@ ZH_CN: dict[str, str] = {
     "stopped": "已关机",
     "starting": "开机中",
     "deleting": "删除中",
+    "migrating": "迁移中",
     "deleted": "已删除",
     "failed": "失败",
     "healthy": "正常",
@@ -160,6 +162,148 @@ ZH_CN: dict[str, str] = {
     "User {name} created. Their API token (shown once):": (
         "已创建用户 {name}。其 API 令牌（仅显示一次）："
     ),
+    # create form: price, shortage and image compatibility
+    "Estimated cost": "预计费用",
+    "per hour": "每小时",
+    "Only {free} free now: the instance waits in the queue until GPUs free up.": (
+        "当前仅 {free} 张空闲：实例将排队等待 GPU 释放。"
+    ),
+    "No host has {n} of these GPUs.": "没有主机拥有 {n} 张该型号 GPU。",
+    "Not in the catalog: it is checked when the instance is created.": (
+        "不在镜像目录中：创建实例时再检查。"
+    ),
+    "Runs on {model}": "可在 {model} 上运行",
+    "Runs without a GPU": "可在无卡模式下运行",
+    "Cannot run on {model}": "无法在 {model} 上运行",
+    "Images that can": "可用的镜像",
+    "GPU models that can run it": "可运行它的 GPU 型号",
+    # instance detail: SSH audit, save as image
+    "SSH sessions": "SSH 会话",
+    "Started": "开始",
+    "Ended": "结束",
+    "Outcome": "结果",
+    "From": "来源",
+    "Key": "密钥",
+    "Bytes in / out": "上行 / 下行字节",
+    "open": "进行中",
+    "closed": "已结束",
+    "refused": "已拒绝",
+    "No SSH sessions yet.": "还没有 SSH 会话。",
+    "Save as image": "保存为镜像",
+    "Saves the system disk (the container's files) as a private image; the data volume "
+    "(/root/data) is not included.": (
+        "将系统盘（容器内的文件）保存为私有镜像；数据盘（/root/data）不包含在内。"
+    ),
+    "Image name": "镜像名称",
+    # SSH keys
+    "Add a key": "添加密钥",
+    "Public key": "公钥",
+    "The one line of your .pub file; make a key with": "即 .pub 文件中的那一行；可用以下命令生成",
+    "optional; the key comment if empty": "可选；留空则使用密钥注释",
+    "Add key": "添加",
+    "Remove": "移除",
+    "Remove this key? It can no longer open SSH sessions.": (
+        "确定移除该密钥吗？移除后无法再用它登录 SSH。"
+    ),
+    # billing
+    "{n} days": "{n} 天",
+    "Spending per day": "每日消费",
+    "Nothing spent in this period.": "此期间没有消费。",
+    "Usage by instance": "按实例统计用量",
+    "Download CSV": "下载 CSV",
+    "Running time": "运行时长",
+    "GPU hours": "GPU 小时",
+    "Compute": "计算",
+    "Stopped disk": "关机磁盘",
+    "No usage in this period.": "此期间没有用量。",
+    "Ledger": "流水",
+    "newest first": "最新在前",
+    "Description": "说明",
+    "Amount": "金额",
+    "No ledger lines yet.": "还没有流水。",
+    "topup": "充值",
+    "compute": "计算",
+    "storage": "存储",
+    "refund": "退款",
+    "gpu": "GPU",
+    "no_gpu": "无卡",
+    "disk": "磁盘",
+    "per GPU-hour": "每卡每小时",
+    "per GB-day": "每 GB 每天",
+    "Monthly budget": "月度预算",
+    "Running instances stop when this month's charges reach it. Empty: no budget.": (
+        "本月费用达到预算时，运行中的实例将被关机。留空表示不设预算。"
+    ),
+    "Save": "保存",
+    # operator billing
+    "Prices & top-ups": "价格与充值",
+    "Credited {amount} {currency} to {name}; their balance is now {balance} {currency}.": (
+        "已为 {name} 充值 {amount} {currency}；当前余额 {balance} {currency}。"
+    ),
+    "Price saved: {what} costs {amount} {currency} {unit}.": (
+        "价格已保存：{what} 为 {amount} {currency} {unit}。"
+    ),
+    "Changed": "修改时间",
+    "Set a price": "设置价格",
+    "only for the kind 'gpu'": "仅用于 GPU 类别",
+    "0 makes it free": "0 表示免费",
+    "Save price": "保存价格",
+    "Top up a wallet": "为用户充值",
+    "User": "用户",
+    "Note": "备注",
+    "optional: shown on the user's ledger": "可选：显示在用户的流水中",
+    "Top up": "充值",
+    # images
+    "Built {ref}: it is in the list below and on the create form.": (
+        "已构建 {ref}：可在下方列表和创建实例表单中使用。"
+    ),
+    "Size": "大小",
+    "Runs on this GPU model here?": "能否在本集群的该型号 GPU 上运行？",
+    "public": "公开",
+    "private": "私有",
+    "build": "构建",
+    "save": "保存",
+    "manual": "手动登记",
+    "validated": "已验证",
+    "Delete this image?": "确定删除该镜像吗？",
+    "whether the image's CUDA and architectures fit the drivers and GPUs of this fleet "
+    "(hover ✗ for the reason).": (
+        "镜像的 CUDA 与架构是否匹配本集群的驱动和 GPU（鼠标悬停 ✗ 查看原因）。"
+    ),
+    "To save an instance as an image, open the instance.": "要将实例保存为镜像，请打开该实例。",
+    "Build an image": "构建镜像",
+    "From a Dockerfile with no other files; the build waits until it ends. For a build "
+    "context, use": "仅使用 Dockerfile（无其他文件），页面会等待构建完成。需要构建上下文时，请使用",
+    "Build": "构建",
+    "Build log": "构建日志",
+    # GPU health and reliability (operators)
+    "Reliability": "可靠性",
+    "Inject a fault": "注入故障",
+    "GPU": "GPU",
+    "The GPU reports this Xid as NVML would; gpudock reacts as it would to a real one "
+    "(tenants are moved, the GPU leaves service).": (
+        "该 GPU 会像 NVML 一样上报此 Xid；gpudock 的处理与真实故障相同（迁移租户，GPU 退出服务）。"
+    ),
+    "optional": "可选",
+    "Inject fault": "注入故障",
+    "Repair": "修复",
+    "Put this GPU back into service?": "确定让该 GPU 重新投入服务吗？",
+    "By GPU model": "按 GPU 型号",
+    "By GPU": "按 GPU",
+    "Hours in service": "服务小时数",
+    "Failures": "故障次数",
+    "MTBF (h)": "平均故障间隔 (小时)",
+    "Published MTBF (h)": "公开数据 MTBF (小时)",
+    "Migrations": "迁移次数",
+    "Interruption p50 / max": "中断时长 p50 / 最大",
+    "Faults": "故障",
+    "Latest faults": "最近的故障",
+    "Action": "处理",
+    "Source": "来源",
+    "Repaired": "修复时间",
+    "No faults yet.": "还没有故障。",
+    "nvml": "NVML",
+    "runtime": "运行时",
 }
 
 CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN}

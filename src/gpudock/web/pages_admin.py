@@ -7,27 +7,36 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.gpu.xid import XID_RULES
 from gpudock.services import accounts, inventory, overview, users
 from gpudock.services.accounts import WebSession
 from gpudock.services.context import ServiceContext
+from gpudock.web import extensions
 from gpudock.web.deps import AdminCsrfViewer, AdminViewer, ConsoleRoute, Context, render
 
 router = APIRouter(prefix="/admin", route_class=ConsoleRoute, include_in_schema=False)
 
 
-def _hosts_values(ctx: ServiceContext) -> dict[str, Any]:
+def hosts_values(ctx: ServiceContext) -> dict[str, Any]:
     """Hosts with their GPUs, and for each allocated GPU its instance and owner."""
-    return {"hosts": inventory.list_hosts(ctx), "tenants": overview.gpu_tenants(ctx)}
+    return {
+        "hosts": inventory.list_hosts(ctx),
+        "tenants": overview.gpu_tenants(ctx),
+        "gpu_health": extensions.has_page("health"),
+        "xids": XID_RULES.values(),
+        "fault_error": None,
+        "fault_form": {},
+    }
 
 
 @router.get("/hosts")
 def hosts(request: Request, ctx: Context, viewer: AdminViewer) -> Response:
-    return render(request, "admin_hosts.html", viewer, **_hosts_values(ctx))
+    return render(request, "admin_hosts.html", viewer, **hosts_values(ctx))
 
 
 @router.get("/hosts/live")
 def hosts_live(request: Request, ctx: Context, viewer: AdminViewer) -> Response:
-    return render(request, "fragments/hosts_live.html", viewer, **_hosts_values(ctx))
+    return render(request, "fragments/hosts_live.html", viewer, **hosts_values(ctx))
 
 
 def _users_page(

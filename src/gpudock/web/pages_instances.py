@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.db.models import InstanceModel
-from gpudock.errors import InvalidRequest, NotFound
+from gpudock.errors import Conflict, InvalidRequest, NotFound, PaymentRequired
 from gpudock.services import instances, inventory, overview, users
 from gpudock.services.accounts import WebSession
 from gpudock.services.context import ServiceContext
@@ -85,7 +85,9 @@ def _form(
         values=values,
         error=error.message if error else None,
         error_field=(error.field or "form") if error else None,
-        selected=_summary_of(models, values["gpu_model"]),
+        hint=extensions.image_hint(ctx, viewer.user, values["image"], values["gpu_model"] or None),
+        image_choices=extensions.image_choices(ctx, viewer.user),
+        **_availability_values(ctx, models, values["gpu_model"], values["gpu_count"]),
     )
 
 
@@ -93,11 +95,43 @@ def _summary_of(models: list[inventory.ModelSummary], model: str) -> inventory.M
     return next((m for m in models if m.model == model), None)
 
 
+def _count_or_one(raw: str) -> int:
+    """The form's count for the estimate; anything unusable counts as one."""
+    try:
+        count = int(raw.strip())
+    except ValueError:
+        return 1
+    return count if 0 <= count <= MAX_GPU_COUNT else 1
+
+
+def _availability_values(
+    ctx: ServiceContext, models: list[inventory.ModelSummary], gpu_model: str, gpu_count: str
+) -> dict[str, Any]:
+    count = _count_or_one(gpu_count)
+    return {
+        "selected": _summary_of(models, gpu_model),
+        "estimate": extensions.estimate_per_hour(ctx, gpu_model or None, count),
+        "count": count,
+    }
+
+
 @router.get("/instances/new/availability")
-def availability(request: Request, ctx: Context, viewer: Viewer, gpu_model: str = "") -> Response:
-    """Live free/total for the chosen model, polled and refreshed on change."""
-    selected = _summary_of(inventory.gpu_summary(ctx), gpu_model)
-    return render(request, "fragments/availability.html", viewer, selected=selected)
+def availability(
+    request: Request, ctx: Context, viewer: Viewer, gpu_model: str = "", gpu_count: str = "1"
+) -> Response:
+    """Live free/total and the estimated price for the chosen model and count,
+    polled and refreshed when either changes."""
+    values = _availability_values(ctx, inventory.gpu_summary(ctx), gpu_model, gpu_count)
+    return render(request, "fragments/availability.html", viewer, **values)
+
+
+@router.get("/instances/new/image-hint")
+def image_hint(
+    request: Request, ctx: Context, viewer: Viewer, image: str = "", gpu_model: str = ""
+) -> Response:
+    """Whether the image runs on the chosen model here, refreshed when either changes."""
+    hint = extensions.image_hint(ctx, viewer.user, image.strip(), gpu_model or None)
+    return render(request, "fragments/image_hint.html", viewer, hint=hint)
 
 
 def _parse_int(raw: str, field: str, message: str, low: int, high: int) -> int | None:
@@ -145,8 +179,8 @@ def create_instance(
         created = instances.create_instance(ctx, viewer.user, _request_from(form))
     except InvalidRequest as exc:
         return _form(request, ctx, viewer, form, exc, 422)
-    except NotFound as exc:  # e.g. an image the engine cannot find
-        return _form(request, ctx, viewer, form, InvalidRequest(exc.message), 422)
+    except (NotFound, Conflict, PaymentRequired) as exc:  # an unknown image, a taken name, funds
+        return _form(request, ctx, viewer, form, InvalidRequest(exc.message, field=exc.field), 422)
     return redirect(f"/instances/{created.id}")
 
 
@@ -158,6 +192,7 @@ def _detail_values(
         "events": instances.list_events(ctx, viewer.user, instance.id),
         "ssh": extensions.ssh_command(ctx.settings, instance.id),
         "owner": _owners(ctx, viewer).get(instance.user_id, instance.user_id),
+        "sessions": extensions.ssh_sessions(ctx, viewer.user, instance.id),
     }
 
 
@@ -165,7 +200,11 @@ def _detail_values(
 def instance_detail(request: Request, ctx: Context, viewer: Viewer, instance_id: str) -> Response:
     instance = instances.get_instance(ctx, viewer.user, instance_id)
     values = _detail_values(ctx, viewer, instance)
-    return render(request, "instance.html", viewer, **values)
+    can_save = extensions.has_page("images") and instance.status.value not in (
+        "deleting",
+        "deleted",
+    )
+    return render(request, "instance.html", viewer, can_save_image=can_save, **values)
 
 
 @router.get("/instances/{instance_id}/live")

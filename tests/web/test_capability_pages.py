@@ -1,0 +1,138 @@
+"""SSH keys, images, compatibility hints and the SSH audit trail in the console."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import asyncssh
+
+from gpudock.db.models import UserModel
+from gpudock.services import images, ssh_keys, ssh_sessions, users
+from gpudock.services.platform import Platform
+from tests.web.conftest import log_in
+from tests.web.test_pages import create
+
+NEW_CUDA = "nvidia/cuda:13.0.0-runtime-ubuntu24.04"
+
+
+def public_key(comment: str = "alice@laptop") -> str:
+    key = asyncssh.generate_private_key("ssh-ed25519", comment=comment)
+    return key.export_public_key().decode().strip()
+
+
+def user_named(platform: Platform, name: str) -> UserModel:
+    return next(u for u in users.list_users(platform.ctx) if u.name == name)
+
+
+def test_ssh_keys_are_added_listed_and_removed_by_their_owner_only(console: Platform) -> None:
+    alice, bob = log_in(console, "alice"), log_in(console, "bob")
+    text = public_key()
+    added = alice.post("/ssh-keys", {"public_key": text + "\n", "name": ""})
+    assert added.status_code == 303
+    page = alice.client.get("/ssh-keys").text
+    assert 'data-key="alice@laptop"' in page and "ssh-ed25519 256" in page
+    [key] = ssh_keys.list_keys(console.ctx, user_named(console, "alice"))
+    again = bob.post("/ssh-keys", {"public_key": text, "name": "mine"})
+    assert again.status_code == 422 and "already registered to another account" in html.unescape(
+        again.text
+    )
+    assert 'data-field="public_key"' in again.text
+    private = alice.post("/ssh-keys", {"public_key": "-----BEGIN OPENSSH PRIVATE KEY-----"})
+    assert private.status_code == 422 and "that is a private key" in private.text
+    assert "BEGIN OPENSSH" in private.text  # kept in the form to fix
+    assert bob.post(f"/ssh-keys/{key.id}/delete").status_code == 404
+    assert ssh_keys.list_keys(console.ctx, user_named(console, "alice")) != []
+    assert alice.post(f"/ssh-keys/{key.id}/delete").status_code == 303
+    assert ssh_keys.list_keys(console.ctx, user_named(console, "alice")) == []
+    assert "No keys yet." in alice.client.get("/ssh-keys").text
+
+
+def test_images_page_shows_compatibility_per_gpu_model(console: Platform) -> None:
+    alice = log_in(console, "alice")
+    page = alice.client.get("/images").text
+    assert ">A100-80GB</th>" in page and ">RTX4090-24GB</th>" in page
+    specs = images.list_images(console.ctx, user_named(console, "alice"))
+    table = images.compatibility_table(console.ctx, user_named(console, "alice"), specs)
+    for spec in specs:
+        row = page.split(f'data-image="{spec.reference}"')[1].split("</tr>")[0]
+        shown = re.findall(r'<span class="(good|bad)" title="([^"]*)"', row)
+        expected = ["good" if v == "ok" else "bad" for v in table[spec.reference].values()]
+        assert [kind for kind, _ in shown] == expected, spec.reference
+        for (kind, title), verdict in zip(shown, table[spec.reference].values(), strict=True):
+            assert kind == "good" or html.unescape(title) == verdict
+
+
+def test_build_and_delete_a_private_image_from_the_console(console: Platform) -> None:
+    alice, bob = log_in(console, "alice"), log_in(console, "bob")
+    base = console.ctx.settings.default_image
+    built = alice.post(
+        "/images/build", {"name": "my-env:v1", "dockerfile": f"FROM {base}\nRUN true\n"}
+    )
+    assert built.status_code == 201, built.text
+    assert 'id="build-log"' in built.text and "Step 2/3 : RUN true" in built.text
+    assert "gpudock/alice/my-env:v1" in built.text
+    failed = alice.post(
+        "/images/build", {"name": "broken", "dockerfile": f"FROM {base}\nRUN false\n"}
+    )
+    assert failed.status_code == 422 and 'id="build-log"' in failed.text
+    bad_name = alice.post("/images/build", {"name": "Bad Name", "dockerfile": f"FROM {base}\n"})
+    assert bad_name.status_code == 422 and "bad image name" in bad_name.text
+    assert "gpudock/alice/my-env:v1" not in bob.client.get("/images").text  # private
+    [mine] = [i for i in images.list_images(console.ctx, user_named(console, "alice")) if i.id]
+    assert bob.post(f"/images/{mine.id}/delete").status_code == 404
+    assert alice.post(f"/images/{mine.id}/delete").status_code == 303
+    assert "gpudock/alice/my-env:v1" not in alice.client.get("/images").text
+
+
+def test_save_an_instance_as_an_image_from_its_page(console: Platform) -> None:
+    alice, bob = log_in(console, "alice"), log_in(console, "bob")
+    instance_id = create(alice, name="work")
+    assert 'id="save-image"' in alice.client.get(f"/instances/{instance_id}").text
+    early = alice.post("/images/save", {"instance_id": instance_id, "name": "early"})
+    assert early.status_code == 409 and "has no container yet" in early.text
+    console.reconciler.drain()
+    stolen = bob.post("/images/save", {"instance_id": instance_id, "name": "theft"})
+    assert stolen.status_code == 404
+    saved = alice.post("/images/save", {"instance_id": instance_id, "name": "snapshot"})
+    assert saved.status_code == 303 and saved.headers["location"] == "/images"
+    assert "gpudock/alice/snapshot:latest" in alice.client.get("/images").text
+    assert "gpudock/alice/snapshot:latest" not in bob.client.get("/images").text
+
+
+def test_create_form_hints_whether_the_image_runs_on_the_model(console: Platform) -> None:
+    alice = log_in(console, "alice")
+    form = alice.client.get("/instances/new").text
+    assert 'data-compat="ok"' in form and '<datalist id="image-choices">' in form
+    assert f'<option value="{NEW_CUDA}">' in form
+    table = images.compatibility_table(
+        console.ctx, user_named(console, "alice"), images.list_images(console.ctx, None)
+    )
+    for model, verdict in table[NEW_CUDA].items():
+        hint = alice.client.get(
+            f"/instances/new/image-hint?image={NEW_CUDA}&gpu_model={model}"
+        ).text
+        if verdict == "ok":
+            assert 'data-compat="ok"' in hint
+        else:
+            assert 'data-compat="no"' in hint and verdict in hint.replace("&gt;", ">")
+            assert "Images that can" in hint
+    unknown = alice.client.get("/instances/new/image-hint?image=example/x:1&gpu_model=A100-80GB")
+    assert 'data-compat="unknown"' in unknown.text
+
+
+def test_instance_page_shows_its_ssh_audit_trail(console: Platform) -> None:
+    alice, bob = log_in(console, "alice"), log_in(console, "bob")
+    instance_id = create(alice, name="audited")
+    assert "No SSH sessions yet." in alice.client.get(f"/instances/{instance_id}/live").text
+    attempt = ssh_sessions.Attempt(
+        login=instance_id,
+        client_address="203.0.113.9",
+        fingerprint="SHA256:x",
+        instance_id=instance_id,
+    )
+    ssh_sessions.record_refusal(console.ctx, attempt, "the key belongs to another user")
+    live = alice.client.get(f"/instances/{instance_id}/live").text
+    assert 'data-session="refused"' in live and "203.0.113.9" in live
+    assert "the key belongs to another user" in live
+    assert bob.client.get(f"/instances/{instance_id}/live").status_code == 404
