@@ -12,8 +12,9 @@ the container and run as an unprivileged user (an instance has no
 CAP_SYS_CHROOT, which sshd's root privilege separation needs), reached at the
 container's bridge address. Both paths serve SFTP with the image's own
 `/usr/lib/openssh/sftp-server` and write to the same filesystem, so the
-difference is the SSH hop alone: asyncssh in the gpudock server plus the
-`docker exec` stream through dockerd, versus sshd in the container.
+difference is the SSH hop alone: asyncssh in the gpudock server plus the way
+into the container (runc's exec, or `docker exec` through dockerd where runc
+cannot be used: gpudock.runtime.docker_exec), versus sshd in the container.
 
 Measured, alternating gateway and direct each round so that machine noise hits
 both alike:
@@ -196,8 +197,18 @@ def start_direct_sshd(container: Any, public_key: str, workdir: Path) -> Endpoin
         detach=True,
     )
     container.reload()
-    address = container.attrs["NetworkSettings"]["IPAddress"]
+    address = container_address(container.attrs["NetworkSettings"])
     return Endpoint("direct", address, DIRECT_PORT, "bench", "/home/bench")
+
+
+def container_address(settings: dict[str, Any]) -> str:
+    """The container's address on the default bridge, or on its own network."""
+    addresses = [settings.get("IPAddress")]
+    addresses += [n.get("IPAddress") for n in (settings.get("Networks") or {}).values()]
+    found = next((a for a in addresses if a), None)
+    if found is None:
+        raise BenchError("the instance's container has no IP address")
+    return str(found)
 
 
 def _check(result: Any) -> None:
@@ -292,6 +303,16 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     filters={"label": f"gpudock.instance={instance_id}"}
                 ):
                     volume.remove(force=True)
+            unmount_below(workdir)
+
+
+def unmount_below(directory: Path) -> None:
+    """Unmount what the server mounted in its data dir (size-limited data volumes)."""
+    prefix = f"{directory.resolve()}/"
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
+    for point in reversed(points):
+        subprocess.run(["umount", point], check=False, capture_output=True)
 
 
 def _rounds(

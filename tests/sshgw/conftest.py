@@ -174,6 +174,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         ssh_port=0,
         ssh_keepalive_interval_s=0.5,
         ssh_keepalive_count_max=3,
+        # One client address makes every connection of the whole package here;
+        # the limits have their own tests (test_rate_limits.py).
+        rate_limits_enabled=False,
     )
     platform = open_platform(settings, runtime=DockerRuntime())
     gateway = GatewayThread(SshGateway(platform.ctx))

@@ -3,7 +3,10 @@
 The exec stream's socket is driven by the event loop (no thread per session):
 output is decoded (stdout/stderr) and handed to the channel's side as it comes;
 when the client is slow the socket is paused, and when the container is slow
-the SSH channel is paused, so neither side buffers without bound.
+the SSH channel is paused, so neither side buffers without bound. A stream
+whose stderr comes on a socket of its own (`ExecStream.err_sock`) is read
+through a second, read-only protocol (`_Stderr`); the output has ended once
+both sockets have.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from gpudock.services.ssh_sessions import ExecStream
+from gpudock.services.ssh_sessions import STDERR, ExecStream
 
 BUFFER_HIGH = 1 << 20  # bytes queued on a side before the other side is paused
 
@@ -37,6 +40,8 @@ class Bridge(asyncio.Protocol):
         self.stream = stream
         self._sink = sink
         self._transport: asyncio.Transport | None = None
+        self._stderr: _Stderr | None = None
+        self._open_outputs = 1 if stream.err_sock is None else 2
         self._ended = False
 
     @classmethod
@@ -44,6 +49,10 @@ class Bridge(asyncio.Protocol):
         bridge = cls(stream, sink)
         loop = asyncio.get_running_loop()
         await loop.create_connection(lambda: bridge, sock=stream.sock)
+        if stream.err_sock is not None:
+            stderr = _Stderr(bridge, sink)
+            await loop.create_connection(lambda: stderr, sock=stream.err_sock)
+            bridge._stderr = stderr
         if stream.initial:
             bridge.data_received(stream.initial)
         return bridge
@@ -51,6 +60,12 @@ class Bridge(asyncio.Protocol):
     @property
     def ended(self) -> bool:
         return self._ended
+
+    def _output_closed(self) -> None:
+        self._open_outputs -= 1
+        if not self._open_outputs and not self._ended:
+            self._ended = True
+            self._sink.output_ended()
 
     # -- asyncio.Protocol --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -66,9 +81,7 @@ class Bridge(asyncio.Protocol):
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self._ended:
-            self._ended = True
-            self._sink.output_ended()
+        self._output_closed()
 
     def pause_writing(self) -> None:
         self._sink.pause_input()
@@ -92,12 +105,52 @@ class Bridge(asyncio.Protocol):
     def pause_reading(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.pause_reading()
+        if self._stderr is not None:
+            self._stderr.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
+        if self._stderr is not None:
+            self._stderr.resume_reading()
+
+    def close(self) -> None:
+        """Detach (the process keeps running unless something stops it)."""
+        if self._transport is not None:
+            self._transport.close()
+        if self._stderr is not None:
+            self._stderr.close()
+
+
+class _Stderr(asyncio.Protocol):
+    """The read-only socket of a stream whose stderr comes apart from stdout."""
+
+    def __init__(self, bridge: Bridge, sink: Sink) -> None:
+        self._bridge = bridge
+        self._sink = sink
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._sink.output(STDERR, data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._bridge._output_closed()
+
+    def pause_reading(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.pause_reading()
 
     def resume_reading(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.resume_reading()
 
     def close(self) -> None:
-        """Detach (the process keeps running unless something stops it)."""
         if self._transport is not None:
             self._transport.close()

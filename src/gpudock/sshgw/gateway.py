@@ -20,6 +20,8 @@ import asyncssh
 from gpudock.errors import GpudockError
 from gpudock.services import ssh_endpoint, ssh_sessions
 from gpudock.services.context import ServiceContext
+from gpudock.sshgw.listener import TcpListener
+from gpudock.sshgw.ratelimit import SshGates
 from gpudock.sshgw.server import GatewayConnection
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ class SshGateway:
     def __init__(self, ctx: ServiceContext, *, sock: socket.socket | None = None) -> None:
         """`sock`: an already bound listening socket (tests); else settings' host and port."""
         self.ctx = ctx
+        self.limits = SshGates.from_settings(ctx.settings)
         self._sock = sock
         self._acceptor: asyncssh.SSHAcceptor | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -62,13 +65,10 @@ class SshGateway:
         abandoned = await self.call(ssh_sessions.close_abandoned_sessions, self.ctx)
         if abandoned:
             log.warning("closed %d SSH session records left open by a stopped gateway", abandoned)
-        where: dict[str, Any] = (
-            {"sock": self._sock}
-            if self._sock is not None
-            else {"host": settings.ssh_host, "port": settings.ssh_port, "reuse_address": True}
-        )
         self._acceptor = await asyncssh.listen(
-            **where,
+            settings.ssh_host,
+            settings.ssh_port,
+            tunnel=TcpListener(self._sock),  # plain TCP, sends coalesced: see listener.py
             server_factory=lambda: GatewayConnection(self),
             server_host_keys=[str(host_key)],
             server_version="gpudock",

@@ -111,7 +111,17 @@ class GatewayConnection(asyncssh.SSHServer):
     # -- authentication ----------------------------------------------------------------------
     def begin_auth(self, username: str) -> bool:
         self.login = username
+        refusal = self.gateway.limits.refuse_connection(username, self.client_address)
+        if refusal is not None:
+            self._hang_up(refusal)
         return True
+
+    def _hang_up(self, refusal: AccessRefused) -> None:
+        """Past a rate limit: tell the client why and disconnect; the attempt is
+        audited as refused when the connection ends."""
+        self._last_refusal = refusal
+        if self._conn is not None:
+            self._conn.disconnect(asyncssh.DISC_TOO_MANY_CONNECTIONS, refusal.message)
 
     def password_auth_supported(self) -> bool:
         return False
@@ -129,6 +139,10 @@ class GatewayConnection(asyncssh.SSHServer):
         fingerprint = key.get_fingerprint("sha256")
         verdict = self._verdicts.get(fingerprint)
         if verdict is None:
+            limited = self.gateway.limits.refuse_key(username, self.client_address, fingerprint)
+            if limited is not None:
+                self._hang_up(limited)
+                return False
             verdict = await self._authorize(username, fingerprint)
             self._verdicts[fingerprint] = verdict
         if isinstance(verdict, Grant):
