@@ -188,6 +188,7 @@ def _mark_running(
     def mutate(session: Session, instance: InstanceModel) -> None:
         instance.container_id = state.id
         instance.container_gpus = ",".join(run.gpus)
+        migration.record_first_home(instance, run.host.id, ctx.cluster_id)  # issue 6
         gpus = f"{len(run.gpus)} × {instance.gpu_model}" if run.gpus else "no GPU"
         at = state.started_at or ctx.clock()
         switch_instance_status(

@@ -87,6 +87,10 @@ def ensure_data_volume(
     target = data_volume_on(ctx.cluster_id, instance, host)
     labels = {**containers.instance_labels(ctx.cluster_id, instance), LABEL_HOST: host.name}
     ctx.runtime.ensure_volume(target, labels, size_gb=instance.disk_gb)
+    if instance.data_volume is None:
+        # Its first home: the name is derived from the id, so it is recorded
+        # with 'running' (`record_first_home`), one transaction fewer on the way up.
+        return instance
     if instance.data_volume is not None and instance.data_volume != target:
         with_lease(
             ctx,
@@ -107,6 +111,13 @@ def ensure_data_volume(
     if source is not None and source != target:
         ctx.crash_point("after_data_move")
     return updated
+
+
+def record_first_home(instance: InstanceModel, host_id: str, cluster_id: str) -> None:
+    """On the row, in the caller's transaction: where the data volume was made."""
+    if instance.data_volume is None:
+        instance.data_volume = containers.volume_name(cluster_id, instance.id)
+        instance.data_host_id = host_id
 
 
 def remove_stale_volumes(ctx: ServiceContext, instance: InstanceModel) -> None:

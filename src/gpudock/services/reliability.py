@@ -116,9 +116,9 @@ def _gpu_reliability(
         host=host,
         model=gpu.model,
         state=gpu.state.value,
-        hours_in_service=round(hours, 3),
+        hours_in_service=round(hours, 6),
         failures=failures,
-        mtbf_hours=round(hours / failures, 3) if failures else None,
+        mtbf_hours=round(hours / failures, 6) if failures else None,
         faults=dict(sorted(counted.items())),
         migrations=sum(1 for m in moves if gpu.id in m.from_gpus.split(",")),
     )
@@ -168,9 +168,9 @@ def _per_model(
             ModelReliability(
                 model=model,
                 gpus=len(members),
-                hours_in_service=round(hours, 3),
+                hours_in_service=round(hours, 6),
                 failures=failures,
-                mtbf_hours=round(hours / failures, 3) if failures else None,
+                mtbf_hours=round(hours / failures, 6) if failures else None,
                 reference_mtbf_hours=_reference(model),
                 faults=dict(sorted(faults.items())),
                 migrations=moves_per_model[model],
