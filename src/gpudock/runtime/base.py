@@ -100,6 +100,18 @@ class EngineInfo:
     server_version: str
 
 
+@dataclass(frozen=True)
+class ContainerStats:
+    """One reading of a running container's resource use (issue 8)."""
+
+    cpu_total_ns: int  # CPU time used since the container started, all cores together
+    cpu_limit: float | None  # CPUs it may use; None: no limit
+    memory_bytes: int  # in use, page cache excluded (what `docker stats` shows)
+    memory_limit_bytes: int | None  # None: no limit
+    pids: int
+    read_at: datetime  # when the engine took the reading (UTC)
+
+
 class Runtime(Protocol):
     def engine_info(self) -> EngineInfo:
         """Describe the engine; raises `RuntimeUnavailable` if it cannot be reached."""
@@ -244,6 +256,13 @@ class Runtime(Protocol):
         removes any leftover helper and finishes the job (rsync when the image
         has it, else a full tar copy). `on_progress(done, total)` is called now
         and then with byte counts. Returns the bytes in `source`."""
+        ...
+
+    # -- usage (issue 8: the instance page) ------------------------------------
+    def container_stats(self, container_id: str) -> ContainerStats | None:
+        """One reading of the container's CPU, memory and process use, taken now
+        (no waiting for a second sample: callers compare readings themselves);
+        None if it does not exist or is not running."""
         ...
 
 

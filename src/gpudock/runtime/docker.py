@@ -27,6 +27,7 @@ from gpudock.runtime.base import (
     BuildLine,
     ContainerSpec,
     ContainerState,
+    ContainerStats,
     EngineInfo,
     ExecResult,
     ExecStream,
@@ -489,6 +490,58 @@ class DockerRuntime:
                 done, total = _copy_progress(text)
                 if total:
                     on_progress(done, total)
+
+    # -- usage (issue 8: the instance page) ------------------------------------
+    def container_stats(self, container_id: str) -> ContainerStats | None:
+        api = self._client.api
+        with _translated(f"read the usage of container {container_id}"):
+            try:
+                attrs = api.inspect_container(container_id)
+                if not (attrs.get("State") or {}).get("Running"):
+                    return None
+                # one_shot: no second sample for precpu_stats (that costs 1 s); a call
+                # within a second of the last may still wait for the engine's next sample
+                stats = api.stats(container_id, stream=False, one_shot=True)
+            except docker.errors.NotFound:
+                return None
+        return _stats_of(attrs.get("HostConfig") or {}, stats)
+
+
+def _stats_of(host_config: dict[str, Any], stats: dict[str, Any]) -> ContainerStats | None:
+    """A reading from the engine's stats (cgroup v1 or v2); None for the empty
+    reading the engine gives for a container that stopped meanwhile."""
+    read_at = parse_docker_time(stats.get("read"))
+    if read_at is None:
+        return None
+    memory = stats.get("memory_stats") or {}
+    return ContainerStats(
+        cpu_total_ns=int(
+            ((stats.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage") or 0
+        ),
+        cpu_limit=_cpu_limit(host_config),
+        memory_bytes=_memory_in_use(memory),
+        memory_limit_bytes=int(host_config.get("Memory") or 0) or None,
+        pids=int((stats.get("pids_stats") or {}).get("current") or 0),
+        read_at=read_at,
+    )
+
+
+def _cpu_limit(host_config: dict[str, Any]) -> float | None:
+    nano = int(host_config.get("NanoCpus") or 0)
+    if nano > 0:
+        return nano / 1e9
+    quota, period = int(host_config.get("CpuQuota") or 0), int(host_config.get("CpuPeriod") or 0)
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _memory_in_use(memory: dict[str, Any]) -> int:
+    """Usage less the reclaimable page cache, as `docker stats` computes it:
+    `total_inactive_file` on cgroup v1, `inactive_file` on v2."""
+    usage = int(memory.get("usage") or 0)
+    detail = memory.get("stats") or {}
+    cache = detail.get("total_inactive_file", detail.get("inactive_file", 0))
+    cache = int(cache or 0)
+    return usage - cache if cache < usage else usage
 
 
 def _tar_of(files: dict[str, bytes], mode: int) -> bytes:

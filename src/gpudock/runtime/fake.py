@@ -20,6 +20,7 @@ from gpudock.runtime.base import (
     BuildLine,
     ContainerSpec,
     ContainerState,
+    ContainerStats,
     EngineInfo,
     ExecResult,
     ExecStream,
@@ -36,6 +37,15 @@ class _Container:
     spec: ContainerSpec
 
 
+@dataclass(frozen=True)
+class FakeUsage:
+    """What the fake engine reports for one container (its limits come from its spec)."""
+
+    cpu_total_ns: int = 0
+    memory_bytes: int = 64 * 2**20
+    pids: int = 1
+
+
 @dataclass
 class FakeRuntime:
     images: set[str] = field(default_factory=lambda: {"gpudock/base:bookworm"})
@@ -50,6 +60,8 @@ class FakeRuntime:
     exec_codes: dict[str, int | None] = field(default_factory=dict)
     volume_copies: list[tuple[str, str]] = field(default_factory=list)
     volume_sizes: dict[str, int] = field(default_factory=dict)
+    # issue 8: what `container_stats` reports, by container id (see `set_usage`)
+    usage: dict[str, FakeUsage] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -263,3 +275,21 @@ class FakeRuntime:
         if found is None:
             raise RuntimeFailure(f"no such container {name_or_id}")
         return found
+
+    # -- usage (issue 8): readings the test sets, taken at `clock()` ----------
+    def set_usage(self, name_or_id: str, usage: FakeUsage) -> None:
+        self.usage[self._get(name_or_id).state.id] = usage
+
+    def container_stats(self, container_id: str) -> ContainerStats | None:
+        container = self._find(container_id)
+        if container is None or not container.state.running:
+            return None
+        usage = self.usage.get(container.state.id, FakeUsage())
+        return ContainerStats(
+            cpu_total_ns=usage.cpu_total_ns,
+            cpu_limit=container.spec.cpus,
+            memory_bytes=usage.memory_bytes,
+            memory_limit_bytes=container.spec.memory_mb * 2**20,
+            pids=usage.pids,
+            read_at=self.clock(),
+        )

@@ -6,6 +6,8 @@ pages stay thin and never open a database session themselves.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -13,8 +15,15 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import InstrumentedAttribute
 
 from gpudock.billing.ledger import PostingKind
-from gpudock.db.models import BillingPostingModel, InstanceModel, UserModel
-from gpudock.services import images, metering
+from gpudock.db.models import (
+    BillingPostingModel,
+    HostModel,
+    InstanceModel,
+    InstanceStatus,
+    UserModel,
+)
+from gpudock.runtime.base import ContainerStats
+from gpudock.services import images, instances, metering
 from gpudock.services.context import ServiceContext
 from gpudock.services.statements import Line
 
@@ -128,3 +137,67 @@ def image_hint(
         models=[m for m, v in (row or {}).items() if v == "ok"],
         alternatives=alternatives[:limit],
     )
+
+
+# The previous reading of each container, to compute CPU % from two: a bounded
+# cache (oldest dropped first), per process. Keys: (cluster id, container id).
+MAX_READINGS = 4096
+_readings: OrderedDict[tuple[str, str], ContainerStats] = OrderedDict()
+_readings_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class InstanceUsage:
+    """What a running instance uses now. No per-GPU utilisation: the fleet's
+    GPU sources do not measure it (simulated GPUs have none to measure)."""
+
+    cpu_percent: float | None  # 100 = one core busy; None until a second reading
+    cpu_limit: float | None  # CPUs it may use
+    memory_bytes: int  # page cache excluded
+    memory_limit_bytes: int | None
+    pids: int
+    gpus: list[str]  # the allocated GPUs' UUIDs
+    gpus_simulated: bool
+    read_at: datetime
+
+
+def instance_usage(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceUsage | None:
+    """The instance's CPU, memory and process use now, or None unless it is
+    running. CPU % compares this reading with the previous one for the same
+    container (None on the first). `NotFound` for another user's instance."""
+    instance = instances.get_instance(ctx, user, ref)
+    if instance.status != InstanceStatus.RUNNING or not instance.container_id:
+        return None
+    stats = ctx.runtime.container_stats(instance.container_id)
+    if stats is None:
+        return None
+    view = instances.view(ctx, instance)
+    with ctx.reader() as session:
+        host = session.get(HostModel, instance.host_id) if instance.host_id else None
+    return InstanceUsage(
+        cpu_percent=_cpu_percent((ctx.cluster_id, instance.container_id), stats),
+        cpu_limit=stats.cpu_limit,
+        memory_bytes=stats.memory_bytes,
+        memory_limit_bytes=stats.memory_limit_bytes,
+        pids=stats.pids,
+        gpus=view.gpus,
+        gpus_simulated=host.simulated if host is not None else False,
+        read_at=stats.read_at,
+    )
+
+
+def _cpu_percent(key: tuple[str, str], stats: ContainerStats) -> float | None:
+    """Δcpu / Δwall × 100 against the previous reading, which this one replaces.
+    None on the first reading, or when the counters went back (a restart)."""
+    with _readings_lock:
+        previous = _readings.pop(key, None)
+        _readings[key] = stats
+        while len(_readings) > MAX_READINGS:
+            _readings.popitem(last=False)
+    if previous is None:
+        return None
+    wall_ns = (stats.read_at - previous.read_at) / timedelta(microseconds=1) * 1000
+    cpu_ns = stats.cpu_total_ns - previous.cpu_total_ns
+    if wall_ns <= 0 or cpu_ns < 0:
+        return None
+    return cpu_ns / wall_ns * 100

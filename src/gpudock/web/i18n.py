@@ -195,6 +195,14 @@ ZH_CN: dict[str, str] = {
         "将系统盘（容器内的文件）保存为私有镜像；数据盘（/root/data）不包含在内。"
     ),
     "Image name": "镜像名称",
+    # instance detail: current use (issue 8)
+    "Current use": "当前用量",
+    "measuring…": "测量中…",
+    "of {n} cores": "（上限 {n} 核）",
+    "no limit": "无上限",
+    "Processes": "进程数",
+    "utilisation: n/a (simulated)": "利用率：不可用（模拟 GPU）",
+    "utilisation: n/a": "利用率：不可用",
     # SSH keys
     "Add a key": "添加密钥",
     "Public key": "公钥",

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.db.models import InstanceModel
 from gpudock.errors import Conflict, InvalidRequest, NotFound, PaymentRequired
-from gpudock.services import instances, inventory, overview, users
+from gpudock.services import instances, inventory, overview, users, web_queries
 from gpudock.services.accounts import WebSession
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import InstanceRequest
@@ -213,6 +213,15 @@ def instance_live(request: Request, ctx: Context, viewer: Viewer, instance_id: s
     instance = instances.get_instance(ctx, viewer.user, instance_id)
     values = _detail_values(ctx, viewer, instance)
     return render(request, "fragments/instance_live.html", viewer, **values)
+
+
+@router.get("/instances/{instance_id}/usage")
+def instance_usage(request: Request, ctx: Context, viewer: Viewer, instance_id: str) -> Response:
+    """CPU, memory and processes now, polled by htmx every 2 s; empty unless running."""
+    usage = web_queries.instance_usage(ctx, viewer.user, instance_id)
+    return render(
+        request, "fragments/instance_usage.html", viewer, instance_id=instance_id, usage=usage
+    )
 
 
 @router.post("/instances/{instance_id}/{action}")

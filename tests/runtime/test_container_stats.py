@@ -1,0 +1,98 @@
+"""Container usage readings from the real Docker Engine (simulated GPUs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import docker
+import pytest
+from fastapi.testclient import TestClient
+
+from gpudock.api.app import create_app
+from gpudock.runtime.base import ContainerStats
+from gpudock.runtime.docker import DockerRuntime, _stats_of
+from gpudock.services import containers
+from gpudock.services.platform import Platform
+from tests.conftest import PlatformFactory
+from tests.docker_helpers import docker_client, remove_cluster_objects
+from tests.factories import make_tenant
+
+API = "/api/v1"
+BURN = ["sh", "-c", "while :; do :; done"]
+DEADLINE_S = 15.0
+
+
+@pytest.fixture
+def engine() -> docker.DockerClient:
+    return docker_client()
+
+
+@pytest.fixture
+def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
+    platform = platform_factory(runtime=DockerRuntime())
+    yield platform
+    remove_cluster_objects(engine, platform.ctx.cluster_id)
+
+
+def running_container(real: Platform) -> str:
+    """A running instance's container name, made through the API as a tenant would."""
+    api = TestClient(create_app(real, run_reconciler=False))
+    carol = make_tenant(real, "carol")
+    body = {"name": "burn", "gpu_model": "A100-80GB", "gpu_count": 1}
+    created = api.post(f"{API}/instances", json=body, headers=carol.headers)
+    assert created.status_code == 201, created.text
+    real.reconciler.drain()
+    return containers.container_name(real.ctx.cluster_id, created.json()["id"])
+
+
+def reading(runtime: DockerRuntime, container: str) -> ContainerStats:
+    stats = runtime.container_stats(container)
+    assert stats is not None
+    return stats
+
+
+def test_a_busy_container_uses_growing_cpu_and_memory_within_its_limit(
+    real: Platform, engine: docker.DockerClient
+) -> None:
+    runtime = real.ctx.runtime
+    assert isinstance(runtime, DockerRuntime)
+    name = running_container(real)
+    engine.containers.get(name).exec_run(BURN, detach=True)
+    attrs = engine.api.inspect_container(name)["HostConfig"]
+
+    first = reading(runtime, name)
+    assert first.cpu_limit == attrs["NanoCpus"] / 1e9
+    limit = first.memory_limit_bytes
+    assert limit is not None and limit == attrs["Memory"] > 0
+    assert 0 < first.memory_bytes <= limit
+    assert first.pids >= 1
+    # Readings are the engine's samples: ask until a newer one shows the loop's work.
+    deadline = time.monotonic() + DEADLINE_S
+    later = reading(runtime, name)
+    while later.cpu_total_ns <= first.cpu_total_ns and time.monotonic() < deadline:
+        later = reading(runtime, name)
+    assert later.cpu_total_ns > first.cpu_total_ns and later.read_at > first.read_at
+    assert later.pids >= 2  # the keepalive and the loop at least
+
+
+def test_stopped_or_missing_container_has_no_reading(real: Platform) -> None:
+    runtime = real.ctx.runtime
+    assert isinstance(runtime, DockerRuntime)
+    name = running_container(real)
+    assert runtime.stop_container(name, timeout_s=0) is not None
+    assert runtime.container_stats(name) is None
+    assert runtime.container_stats(f"{name}-never-made") is None
+
+
+def test_memory_excludes_inactive_page_cache_on_cgroup_v1_and_v2() -> None:
+    read = "2026-01-01T00:00:00.5Z"
+    v1 = {"usage": 1000, "stats": {"total_inactive_file": 300, "inactive_file": 100}}
+    v2 = {"usage": 1000, "stats": {"inactive_file": 400}}
+    host = {"NanoCpus": 0, "CpuQuota": 150000, "CpuPeriod": 100000, "Memory": 0}
+    for memory, used in ((v1, 700), (v2, 600), ({"usage": 50, "stats": {}}, 50)):
+        stats = _stats_of(host, {"read": read, "memory_stats": memory})
+        assert stats is not None and stats.memory_bytes == used
+        assert stats.cpu_limit == 1.5 and stats.memory_limit_bytes is None
+    # What the engine answers for a container that stopped between inspect and stats
+    assert _stats_of(host, {"read": "0001-01-01T00:00:00Z", "memory_stats": {}}) is None
