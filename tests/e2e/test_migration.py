@@ -22,22 +22,9 @@ from gpudock.services import containers
 from tests.docker_helpers import assert_converged_on
 from tests.e2e.conftest import ServerFactory
 from tests.server_process import ServerProcess, wait_for
+from tests.ssh_options import SSH_OPTIONS
 
 FLEET = "2x2xA100-80GB"
-SSH_OPTIONS = [
-    "-F",
-    "/dev/null",
-    "-o",
-    "StrictHostKeyChecking=no",
-    "-o",
-    "UserKnownHostsFile=/dev/null",
-    "-o",
-    "IdentitiesOnly=yes",
-    "-o",
-    "BatchMode=yes",
-    "-o",
-    "LogLevel=ERROR",
-]
 
 
 def _user_with_key(server: ServerProcess, tmp_path: Path) -> tuple[httpx.Client, Path]:

@@ -28,26 +28,12 @@ from gpudock.services.platform import Platform, open_platform
 from gpudock.settings import Settings
 from gpudock.sshgw.gateway import SshGateway
 from tests.docker_helpers import docker_client, remove_cluster_objects
+from tests.ssh_options import SSH_OPTIONS as BASE_SSH_OPTIONS
 
 T = TypeVar("T")
 FLEET = "1x4xA100-80GB"
 DEADLINE_S = 30.0
-SSH_OPTIONS = [
-    "-F",
-    "/dev/null",
-    "-o",
-    "StrictHostKeyChecking=no",
-    "-o",
-    "UserKnownHostsFile=/dev/null",
-    "-o",
-    "IdentitiesOnly=yes",
-    "-o",
-    "BatchMode=yes",
-    "-o",
-    "LogLevel=ERROR",
-    "-o",
-    "ConnectTimeout=20",
-]
+SSH_OPTIONS = [*BASE_SSH_OPTIONS, "-o", "ConnectTimeout=20"]
 
 
 class GatewayThread:

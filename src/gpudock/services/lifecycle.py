@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -114,7 +114,7 @@ class _RunPlan:
     gpus: list[str]
 
 
-def _read_run_plan(session: Session, instance: InstanceModel) -> _RunPlan | None:
+def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> _RunPlan | None:
     host = session.get(HostModel, instance.host_id)
     if host is None:
         raise RuntimeFailure(f"instance {instance.id} is placed on a host that does not exist")
@@ -126,14 +126,14 @@ def _read_run_plan(session: Session, instance: InstanceModel) -> _RunPlan | None
     if unfit is not None:  # issue 6: never start on a GPU that is not healthy
         _release_placement(session, instance)
         reason = f"GPU {unfit.index} of {host.name} is {unfit.state}; moving to a healthy GPU"
-        switch_instance_status(session, instance, S.MIGRATING, reason, datetime.now(UTC))
+        switch_instance_status(session, instance, S.MIGRATING, reason, now)
         return None
     session.expunge(host)
     return _RunPlan(instance, host, allocated_gpu_ids(session, instance.id))
 
 
 def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
-    run = with_lease(ctx, instance_id, token, _read_run_plan)
+    run = with_lease(ctx, instance_id, token, lambda s, i: _read_run_plan(s, i, ctx.clock()))
     if run is None:
         return
     instance, name = run.instance, containers.container_name(ctx.cluster_id, instance_id)
