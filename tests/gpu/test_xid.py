@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudock.gpu.xid import XID_RULES, Action, is_failure, rule_for
+from gpudock.gpu.xid import XID_RULES, Action, rule_for
 
 EXPECTED = {
     13: Action.NOTIFY,
@@ -42,8 +42,3 @@ def test_the_table_has_exactly_the_reviewed_rows() -> None:
 def test_an_unknown_xid_is_reported_not_acted_on() -> None:
     rule = rule_for(9999)
     assert rule.action == Action.NOTIFY and rule.name == "unknown Xid"
-
-
-def test_only_gpu_failures_count_towards_mtbf() -> None:
-    assert not is_failure(Action.NOTIFY)
-    assert all(is_failure(a) for a in Action if a != Action.NOTIFY)

@@ -65,8 +65,3 @@ def rule_for(xid: int) -> XidRule:
     """The catalogue's rule; an Xid we do not know is reported, not acted on:
     moving tenants on a guess would interrupt them for nothing."""
     return XID_RULES.get(xid) or XidRule(xid, "unknown Xid", Action.NOTIFY)
-
-
-def is_failure(action: Action) -> bool:
-    """Counts towards MTBF: the GPU itself failed (not the tenant's program)."""
-    return action != Action.NOTIFY
