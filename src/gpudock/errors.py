@@ -7,6 +7,7 @@
      ├── NotFound              unknown id, or another tenant's        → 404
      ├── Conflict              valid input, wrong state for it        → 409
      ├── PaymentRequired       balance or budget does not cover it    → 402
+     ├── PayloadTooLarge       an upload over its limit               → 413
      ├── RateLimited           too many requests; retry later         → 429
      └── RuntimeFailure        the container engine failed            → 502
           └── RuntimeUnavailable   the engine cannot be reached       → 503
@@ -52,6 +53,10 @@ class Conflict(GpudockError):
 
 class PaymentRequired(GpudockError):
     code = "payment_required"
+
+
+class PayloadTooLarge(GpudockError):
+    code = "payload_too_large"
 
 
 class RateLimited(GpudockError):

@@ -66,6 +66,20 @@ class Settings(BaseSettings):
         "(default: <data_dir>/volumes).",
     )
 
+    # -- image builds -------------------------------------------------------
+    build_cpus: float = Field(
+        default=2.0, gt=0, description="CPUs each build step may use (capped at the engine's)."
+    )
+    build_memory_gb: int = Field(
+        default=4, gt=0, description="Memory (no swap) each build step may use."
+    )
+    build_timeout_s: float = Field(
+        default=3600.0, gt=0, description="A build running longer is stopped."
+    )
+    build_context_max_mb: int = Field(
+        default=512, gt=0, le=64 * 1024, description="Largest build context accepted."
+    )
+
     # -- reconciler -------------------------------------------------------
     reconcile_interval_s: float = Field(default=2.0, gt=0)
     lease_s: float = Field(default=60.0, gt=0)

@@ -39,7 +39,7 @@ def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iter
     remove_cluster_objects(engine, platform.ctx.cluster_id)
     for image in engine.images.list():
         for tag in image.tags:
-            if tag.startswith(("gpudock/dora/", "gpudock/validated/")):
+            if tag.startswith(("gpudock/dora/", "gpudock-sys/validated/")):
                 engine.images.remove(tag, force=True)
 
 

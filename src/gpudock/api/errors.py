@@ -18,6 +18,7 @@ from gpudock.errors import (
     GpudockError,
     InvalidRequest,
     NotFound,
+    PayloadTooLarge,
     PaymentRequired,
     RateLimited,
     RuntimeFailure,
@@ -33,6 +34,7 @@ STATUS_BY_ERROR: list[tuple[type[GpudockError], int]] = [
     (NotFound, 404),
     (Conflict, 409),
     (PaymentRequired, 402),
+    (PayloadTooLarge, 413),
     (RateLimited, 429),
     (RuntimeUnavailable, 503),
     (RuntimeFailure, 502),
@@ -126,6 +128,7 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     404: "No such object (or another tenant's)",
     409: "Valid input, but the object's state does not allow it",
     422: "Invalid input",
+    413: "The upload is over its size limit",
     429: "Too many requests: retry after `Retry-After` seconds",
 }
 

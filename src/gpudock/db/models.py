@@ -284,6 +284,9 @@ class ImageModel(Base):
     __tablename__ = "images"
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     reference: Mapped[str] = mapped_column(String(512), unique=True)
+    # The engine's id of what the entry was registered for: access is decided by
+    # id, so an alias of another tenant's private image grants nothing.
+    engine_image_id: Mapped[str | None] = mapped_column(String(80), nullable=True, index=True)
     name: Mapped[str] = mapped_column(String(128))
     description: Mapped[str] = mapped_column(Text, default="")
     os: Mapped[str] = mapped_column(String(64), default="")

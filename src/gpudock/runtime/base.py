@@ -11,12 +11,17 @@
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpudock.errors import RuntimeFailure
+
+if TYPE_CHECKING:
+    from gpudock.runtime.build.context import BuildContext
+    from gpudock.runtime.build.plan import Plan
 
 LABEL_MANAGED = "gpudock.managed"
 LABEL_CLUSTER = "gpudock.cluster"
@@ -24,6 +29,7 @@ LABEL_INSTANCE = "gpudock.instance"
 LABEL_HOST = "gpudock.host"
 LABEL_GPUS = "gpudock.gpus"
 LABEL_OWNER = "gpudock.user"
+LABEL_BUILD = "gpudock.build"  # a build step's container (see runtime.build)
 
 
 class ImageNotFound(RuntimeFailure):
@@ -64,6 +70,7 @@ class ContainerState:
     finished_at: datetime | None = None
     exit_code: int | None = None
     oom_killed: bool = False
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,41 @@ class BuildLine:
     text: str | None = None
     error: str | None = None
     image_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """An image on the engine: its id, the names it has and its labels."""
+
+    id: str  # sha256:<64 hex>
+    tags: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    size_bytes: int = 0
+    config: dict[str, Any] = field(default_factory=dict)  # the engine's image Config
+
+
+@dataclass(frozen=True)
+class BuildLimits:
+    """What one build may use: an instance sandbox's limits, and a deadline."""
+
+    cpus: float
+    memory_mb: int
+    pids: int
+    timeout_s: float
+
+
+@dataclass
+class BuildJob:
+    """One build of a plan whose images are all ids (authorised by the service)."""
+
+    plan: Plan
+    context: BuildContext
+    tag: str  # repository:tag of the result
+    labels: dict[str, str]  # added to the result
+    owner: str  # user id: labels, and the scope of the layer cache
+    cluster_id: str
+    limits: BuildLimits
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
 @dataclass(frozen=True)
@@ -127,6 +169,11 @@ class Runtime(Protocol):
 
     def ensure_image(self, ref: str) -> None:
         """Make the image present, pulling it if needed; `ImageNotFound` if impossible."""
+        ...
+
+    def image_info(self, ref: str) -> ImageInfo | None:
+        """The image `ref` names on the engine (a name, digest or id, resolved the
+        way the engine resolves it for a container), or None if it has none."""
         ...
 
     def ensure_volume(self, name: str, labels: dict[str, str], size_gb: int | None = None) -> None:
@@ -185,8 +232,11 @@ class Runtime(Protocol):
         """All networks carrying every given label."""
         ...
 
-    def commit_container(self, container_id: str, repository: str, tag: str) -> str:
-        """Commit the container's writable layer as `repository:tag`; return the reference."""
+    def commit_container(
+        self, container_id: str, repository: str, tag: str, labels: dict[str, str] | None = None
+    ) -> str:
+        """Commit the container's writable layer as `repository:tag`, adding
+        `labels` to the image; return the reference."""
         ...
 
     def remove_image(self, ref: str) -> None:
@@ -198,12 +248,10 @@ class Runtime(Protocol):
         ...
 
     # -- images (issue 7) ----------------------------------------------------
-    def build_image(
-        self, context_tar: bytes, dockerfile: str, tag: str, labels: dict[str, str]
-    ) -> Iterator[BuildLine]:
-        """Build `tag` from a tar build context without network access, yielding
-        the engine's log as it comes; the last event carries `image_id` or
-        `error` (the engine's message, unchanged). Never pulls base images."""
+    def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
+        """Run the plan without network access, each step sandboxed like an
+        instance, yielding the log as it comes; the last event carries
+        `image_id` or `error`. Never pulls, never resolves a name itself."""
         ...
 
     def image_size(self, ref: str) -> int | None:

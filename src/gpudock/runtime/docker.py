@@ -24,6 +24,7 @@ from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime import docker_exec
 from gpudock.runtime.base import (
     LABEL_MANAGED,
+    BuildJob,
     BuildLine,
     ContainerSpec,
     ContainerState,
@@ -31,10 +32,12 @@ from gpudock.runtime.base import (
     EngineInfo,
     ExecResult,
     ExecStream,
+    ImageInfo,
     ImageNotFound,
     NetworkState,
     VolumeState,
 )
+from gpudock.runtime.build.docker import DockerBuilder
 from gpudock.runtime.loopvol import LoopVolumes
 
 # Enough to install packages and run services as other users inside the
@@ -127,10 +130,30 @@ class DockerRuntime:
                     f"image {ref!r} is not on the engine and could not be pulled: {_explain(exc)}"
                 ) from exc
 
-    def commit_container(self, container_id: str, repository: str, tag: str) -> str:
+    def image_info(self, ref: str) -> ImageInfo | None:
+        try:
+            with _translated(f"inspect image {ref}"):
+                attrs = self._client.api.inspect_image(ref)
+        except ImageNotFound:
+            return None
+        except RuntimeFailure:
+            return None  # the engine refused the name itself: it has no such image
+        return ImageInfo(
+            id=str(attrs["Id"]),
+            tags=tuple(attrs.get("RepoTags") or ()),
+            labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
+            size_bytes=int(attrs.get("Size") or 0),
+            config=dict(attrs.get("Config") or {}),
+        )
+
+    def commit_container(
+        self, container_id: str, repository: str, tag: str, labels: dict[str, str] | None = None
+    ) -> str:
         with _translated(f"commit container {container_id}"):
             container = self._client.containers.get(container_id)
-            container.commit(repository=repository, tag=tag)
+            container.commit(
+                repository=repository, tag=tag, conf={"Labels": labels} if labels else None
+            )
         return f"{repository}:{tag}"
 
     def remove_image(self, ref: str) -> None:
@@ -338,6 +361,9 @@ class DockerRuntime:
                 running=s.get("State") == "running",
                 status=str(s.get("State", "")),
                 labels=dict(s.get("Labels") or {}),
+                created_at=datetime.fromtimestamp(int(s["Created"]), UTC)
+                if s.get("Created")
+                else None,
             )
             for s in summaries
         ]
@@ -349,32 +375,9 @@ class DockerRuntime:
         return ExecResult(exit_code=int(exit_code), output=bytes(output or b""))
 
     # -- images (issue 7) ----------------------------------------------------
-    def build_image(
-        self, context_tar: bytes, dockerfile: str, tag: str, labels: dict[str, str]
-    ) -> Iterator[BuildLine]:
-        with _translated(f"build {tag}"):
-            chunks = self._client.api.build(
-                fileobj=io.BytesIO(context_tar),
-                custom_context=True,
-                dockerfile=dockerfile,
-                tag=tag,
-                labels=labels,
-                network_mode="none",
-                pull=False,
-                rm=True,
-                forcerm=True,
-                decode=True,
-            )
-            image_id = None
-            for chunk in chunks:
-                if "error" in chunk:
-                    yield BuildLine(error=str(chunk["error"]).strip())
-                    return
-                if "aux" in chunk and "ID" in chunk["aux"]:
-                    image_id = str(chunk["aux"]["ID"])
-                if chunk.get("stream"):
-                    yield BuildLine(text=str(chunk["stream"]).rstrip("\n"))
-            yield BuildLine(image_id=image_id or self._client.images.get(tag).id)
+    def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
+        builder = DockerBuilder(self._client.api, self._cpus(), ALLOWED_CAPABILITIES)
+        return builder.run(job)
 
     def image_size(self, ref: str) -> int | None:
         try:

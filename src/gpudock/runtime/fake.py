@@ -6,10 +6,9 @@ logic can be tested fast and deterministically.
 
 from __future__ import annotations
 
-import io
+import hashlib
 import itertools
 import socket
-import tarfile
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -17,6 +16,7 @@ from datetime import UTC, datetime
 
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime.base import (
+    BuildJob,
     BuildLine,
     ContainerSpec,
     ContainerState,
@@ -24,6 +24,7 @@ from gpudock.runtime.base import (
     EngineInfo,
     ExecResult,
     ExecStream,
+    ImageInfo,
     ImageNotFound,
     NetworkState,
     RawOutput,
@@ -49,6 +50,7 @@ class FakeUsage:
 @dataclass
 class FakeRuntime:
     images: set[str] = field(default_factory=lambda: {"gpudock/base:bookworm"})
+    image_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     pullable: set[str] = field(default_factory=set)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     containers: dict[str, _Container] = field(default_factory=dict)
@@ -69,13 +71,33 @@ class FakeRuntime:
         return EngineInfo(cpus=2, memory_bytes=24 * 2**30, server_version="fake")
 
     def image_present(self, ref: str) -> bool:
-        return ref in self.images
+        return self.image_info(ref) is not None
+
+    def image_info(self, ref: str) -> ImageInfo | None:
+        """Names compare after the engine's normalisation; an image's id is a
+        digest of its name, so aliases and the id itself resolve to one image."""
+        by_name = {_familiar(name): name for name in self.images}
+        name = by_name.get(_familiar(ref))
+        if name is None:
+            wanted = ref.removeprefix("sha256:")
+            name = next((n for n in self.images if _fake_id(n)[7:].startswith(wanted)), None)
+            if name is None or len(wanted) < 12:
+                return None
+        familiar = _familiar(name)
+        return ImageInfo(
+            id=_fake_id(name),
+            tags=(familiar,),
+            labels=self.image_labels.get(familiar, {}),
+            size_bytes=1_000_000,
+        )
 
     def image_pullable(self, ref: str) -> bool:
-        return ref in self.pullable
+        return _familiar(ref) in {_familiar(p) for p in self.pullable}
 
     def ensure_image(self, ref: str) -> None:
-        if ref not in self.images and ref not in self.pullable:
+        if self.image_present(ref):
+            return
+        if not self.image_pullable(ref):
             raise ImageNotFound(f"image {ref!r} not found")
         self.images.add(ref)
 
@@ -131,7 +153,7 @@ class FakeRuntime:
             found = self._find(spec.name)
             if found is not None:
                 return found.state
-            if spec.image not in self.images:
+            if not self.image_present(spec.image):
                 raise ImageNotFound(f"image {spec.image!r} not found")
             if spec.network:
                 self.networks.setdefault(
@@ -188,9 +210,12 @@ class FakeRuntime:
             c.state for c in self.containers.values() if labels.items() <= c.state.labels.items()
         ]
 
-    def commit_container(self, container_id: str, repository: str, tag: str) -> str:
+    def commit_container(
+        self, container_id: str, repository: str, tag: str, labels: dict[str, str] | None = None
+    ) -> str:
         self._get(container_id)
         self.images.add(f"{repository}:{tag}")
+        self.image_labels[_familiar(f"{repository}:{tag}")] = dict(labels or {})
         return f"{repository}:{tag}"
 
     def remove_image(self, ref: str) -> None:
@@ -201,29 +226,29 @@ class FakeRuntime:
         return ExecResult(exit_code=0, output=b"")
 
     # -- images (issue 7) ----------------------------------------------------
-    def build_image(
-        self, context_tar: bytes, dockerfile: str, tag: str, labels: dict[str, str]
-    ) -> Iterator[BuildLine]:
-        """Echo the Dockerfile's steps; `FROM` needs a present image and
+    def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
+        """Walk the plan's steps; a COPY needs its sources in the context and
         `RUN false` fails, as the engine would say it."""
-        with tarfile.open(fileobj=io.BytesIO(context_tar)) as tar:
-            member = tar.extractfile(dockerfile)
-            lines = member.read().decode().splitlines() if member else []
-        steps = [line for line in lines if line.strip() and not line.startswith("#")]
-        for number, step in enumerate(steps, 1):
-            yield BuildLine(text=f"Step {number}/{len(steps)} : {step}")
-            word, _, rest = step.partition(" ")
-            if word.upper() == "FROM" and rest.split()[0] not in self.images:
-                yield BuildLine(error=f"pull access denied for {rest.split()[0]}")
-                return
-            if word.upper() == "RUN" and rest.strip() == "false":
-                yield BuildLine(error="The command '/bin/sh -c false' returned a non-zero code: 1")
-                return
-        self.images.add(tag)
-        yield BuildLine(image_id=f"sha256:{next(self._ids):064d}")
+        for stage in job.plan.stages:
+            for step in stage.steps:
+                yield BuildLine(text=f"Step {step.number}/{job.plan.total_steps} : {step.text}")
+                if step.run is not None and step.run.argv[-1].strip() == "false":
+                    shown = " ".join(step.run.argv)
+                    yield BuildLine(error=f"The command '{shown}' returned a non-zero code: 1")
+                    return
+                if step.copy is not None and step.copy.from_image is None:
+                    missing = [s for s in step.copy.sources if not job.context.matches(s)]
+                    if missing and step.copy.from_stage is None:
+                        yield BuildLine(
+                            error=f"COPY/ADD source {missing[0]!r} is not in the context"
+                        )
+                        return
+        self.images.add(job.tag)
+        self.image_labels[_familiar(job.tag)] = dict(job.labels)
+        yield BuildLine(image_id=_fake_id(job.tag))
 
     def image_size(self, ref: str) -> int | None:
-        return 1_000_000 if ref in self.images else None
+        return 1_000_000 if self.image_present(ref) else None
 
     def put_file(self, container_id: str, path: str, data: bytes, mode: int = 0o755) -> None:
         self.files[(self._get(container_id).state.id, path)] = data
@@ -231,7 +256,7 @@ class FakeRuntime:
     def run_once(
         self, image: str, command: list[str], files: dict[str, bytes], timeout_s: float
     ) -> ExecResult:
-        if image not in self.images:
+        if not self.image_present(image):
             raise ImageNotFound(f"image {image!r} not found")
         passing = b'[{"check": "fake runtime", "ok": true, "detail": ""}]\n'
         return self.run_results.get(image, ExecResult(exit_code=0, output=passing))
@@ -293,3 +318,16 @@ class FakeRuntime:
             pids=usage.pids,
             read_at=self.clock(),
         )
+
+
+def _familiar(ref: str) -> str:
+    """The engine's normalisation, as far as the fake needs it."""
+    name = ref.removeprefix("docker.io/")
+    if name.startswith("library/") and name.count("/") == 1:
+        name = name.removeprefix("library/")
+    last = name.rsplit("/", 1)[-1]
+    return name if ":" in last or "@" in last else f"{name}:latest"
+
+
+def _fake_id(name: str) -> str:
+    return "sha256:" + hashlib.sha256(_familiar(name).encode()).hexdigest()

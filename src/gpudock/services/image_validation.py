@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,7 @@ class Outcome:
     status: str = "failed"  # passed | failed | published | held back
     build_error: str | None = None
     checks: list[dict[str, Any]] = field(default_factory=list)
+    image_id: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -159,10 +160,11 @@ def _run(
 ) -> Iterator[dict[str, Any]]:
     run_id = secrets.token_hex(3)
     outcomes = []
+    parents: dict[str, ImageSpec | None] = {}
     for number, candidate in enumerate(candidates, 1):
         yield {"log": f"[{number}/{len(candidates)}] {candidate.name}: building"}
-        outcome = Outcome(candidate.name, f"gpudock/validated/{candidate.name}:{run_id}")
-        yield from _build(ctx, candidate, outcome)
+        outcome = Outcome(candidate.name, f"gpudock-sys/validated/{candidate.name}:{run_id}")
+        parents[candidate.name] = yield from _build(ctx, user, candidate, outcome)
         if outcome.build_error is None:
             outcome.checks = _smoke(ctx, outcome.reference, candidate.expect)
         outcome.status = "passed" if outcome.ok else "failed"
@@ -172,7 +174,7 @@ def _run(
     rate = failures / len(outcomes)
     gate_open = rate <= threshold
     for outcome, candidate in zip(outcomes, candidates, strict=True):
-        _settle(ctx, user, outcome, candidate, gate_open)
+        _settle(ctx, user, outcome, candidate, parents.get(candidate.name), gate_open)
     yield {
         "report": {
             "run_id": run_id,
@@ -185,21 +187,26 @@ def _run(
     }
 
 
-def _build(ctx: ServiceContext, candidate: Candidate, outcome: Outcome) -> Iterator[dict[str, Any]]:
+def _build(
+    ctx: ServiceContext, user: UserModel, candidate: Candidate, outcome: Outcome
+) -> Generator[dict[str, Any], None, ImageSpec | None]:
+    """Build the candidate; returns the catalog entry it starts from."""
     try:
-        prepared = image_builds.prepare_context(b"", candidate.dockerfile)
-        labels = {"gpudock.validation": candidate.name}
-        for line in ctx.runtime.build_image(
-            prepared, image_builds.GENERATED_DOCKERFILE, outcome.reference, labels
-        ):
-            if line.error is not None:
-                outcome.build_error = line.error
-                yield {"log": f"    {line.error}"}
-                return
-            if line.text:
-                yield {"log": f"    {line.text}"}
+        plan, parent = image_builds.plan_build(ctx, user, candidate.dockerfile)
     except GpudockError as exc:
         outcome.build_error = exc.message
+        return None
+    labels = {"gpudock.validation": candidate.name}
+    context = image_builds.empty_context()
+    for event in image_builds.run(ctx, user, plan, context, outcome.reference, labels):
+        if "error" in event:
+            outcome.build_error = str(event["error"])
+            yield {"log": f"    {event['error']}"}
+        elif "log" in event:
+            yield {"log": f"    {event['log']}"}
+        elif "image_id" in event:
+            outcome.image_id = str(event["image_id"])
+    return parent
 
 
 def _smoke(ctx: ServiceContext, reference: str, expect: dict[str, Any]) -> list[dict[str, Any]]:
@@ -224,7 +231,12 @@ def _smoke(ctx: ServiceContext, reference: str, expect: dict[str, Any]) -> list[
 
 
 def _settle(
-    ctx: ServiceContext, user: UserModel, outcome: Outcome, candidate: Candidate, gate_open: bool
+    ctx: ServiceContext,
+    user: UserModel,
+    outcome: Outcome,
+    candidate: Candidate,
+    parent: ImageSpec | None,
+    gate_open: bool,
 ) -> None:
     """Publish a passing candidate when the gate is open; hold back the rest."""
     if not (outcome.ok and gate_open):
@@ -241,11 +253,8 @@ def _settle(
         framework_version=expect.get("framework_version"),
         origin="validated",
     )
-    base = image_builds.base_of(candidate.dockerfile)
-    parent = images.find_image(ctx, user, base) if base else None
     if parent is not None:
         spec = images.derived(parent, spec.reference, spec.name, "validated")
-    images.register(
-        ctx, user, with_size(spec, ctx.runtime.image_size(spec.reference) or 0), public=True
-    )
+    size = ctx.runtime.image_size(spec.reference) or 0
+    images.register(ctx, user, with_size(spec, size), public=True, engine_image_id=outcome.image_id)
     outcome.status = "published"

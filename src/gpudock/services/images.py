@@ -29,9 +29,10 @@ from gpudock.db.models import (
 from gpudock.doctor.bundle import SCRIPT_PATH
 from gpudock.doctor.bundle import script as doctor_script
 from gpudock.errors import Conflict, Forbidden, InvalidRequest, NotFound, RuntimeFailure
-from gpudock.images import compat
+from gpudock.images import compat, references
 from gpudock.images.catalog import PRIVATE, PUBLIC, ImageSpec, builtin_images, with_size
-from gpudock.services import sizing
+from gpudock.runtime.base import LABEL_OWNER
+from gpudock.services import image_access
 from gpudock.services.context import ServiceContext
 
 _LOCAL_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[\w][\w.-]{0,127})?$")
@@ -88,20 +89,23 @@ def _sized(ctx: ServiceContext, spec: ImageSpec) -> ImageSpec:
 
 
 def find_image(ctx: ServiceContext, user: UserModel | None, ref: str) -> ImageSpec | None:
-    """By reference or id among what the user may see; None if unknown."""
+    """The catalog entry for `ref` (any spelling of it, or its id) among what the
+    user may see; None if it has none. Another tenant's private entry raises."""
+    try:
+        parsed = references.parse(ref)
+    except references.BadReference:
+        return None
     for spec in builtin_images(ctx.settings.default_image):
-        if spec.reference == ref:
+        if references.same_image_name(spec.reference, parsed.canonical):
             return spec
     with ctx.sessions() as session:
-        row = session.scalars(
-            select(ImageModel).where(or_(ImageModel.reference == ref, ImageModel.id == ref))
-        ).first()
-    if row is None:
-        return None
-    foreign = user is not None and not user.is_admin and row.owner_id != user.id
-    if row.visibility == PRIVATE and foreign:
-        raise InvalidRequest(f"unknown image {ref!r}", field="image")
-    return spec_of(row)
+        rows = image_access.registered_entries(session, parsed)
+        if not rows:
+            row = session.get(ImageModel, ref)
+            rows = [row] if row is not None else []
+        if user is not None and any(not image_access.may_see(user, r) for r in rows):
+            raise image_access.unknown(ref)
+        return spec_of(rows[0]) if rows else None
 
 
 # -- compatibility ---------------------------------------------------------------------
@@ -192,6 +196,7 @@ def preflight_start(ctx: ServiceContext, user: UserModel, ref: str) -> None:
         ).first()
         found = (row.image, row.gpu_model) if row is not None else None
     if found is not None:
+        image_access.resolve(ctx, user, found[0])  # still one the user may use
         preflight(ctx, user, found[0], found[1])
 
 
@@ -199,6 +204,7 @@ def preflight_start(ctx: ServiceContext, user: UserModel, ref: str) -> None:
 
 
 def private_reference(user: UserModel, name: str) -> str:
+    """`name[:tag]` in the user's own namespace (derived from the user id)."""
     if not _LOCAL_NAME.match(name) or len(name) > 100:
         raise InvalidRequest(
             f"bad image name {name!r}: lowercase letters, digits, '.', '_', '-', "
@@ -206,18 +212,47 @@ def private_reference(user: UserModel, name: str) -> str:
             field="name",
         )
     repository, _, tag = name.partition(":")
-    return f"gpudock/{user.name.replace('_', '-')}/{repository}:{tag or 'latest'}"
+    return f"{references.private_repository(user.name, user.id, repository)}:{tag or 'latest'}"
 
 
 def register(
-    ctx: ServiceContext, user: UserModel, spec: ImageSpec, *, public: bool = False
+    ctx: ServiceContext,
+    user: UserModel,
+    spec: ImageSpec,
+    *,
+    public: bool = False,
+    engine_image_id: str | None = None,
 ) -> ImageSpec:
-    """Add an entry. Public entries need an admin; private ones belong to `user`."""
+    """Add an entry. Public entries need an admin; private ones belong to `user`.
+    `engine_image_id` is what the entry grants: access is checked against it."""
     if public and not user.is_admin:
         raise Forbidden("only an admin can publish a public image")
-    row = ImageModel(
+    if any(
+        references.same_image_name(b.reference, spec.reference)
+        for b in builtin_images(ctx.settings.default_image)
+    ):
+        raise Conflict(f"{spec.reference} is a built-in catalog entry")
+    row = _row_of(ctx, user, spec, public, engine_image_id)
+    try:
+        with ctx.sessions.begin() as session:
+            _replace_own(session, user, spec.reference)
+            session.add(row)
+    except IntegrityError as exc:
+        raise Conflict(f"an image {spec.reference!r} is already registered") from exc
+    return spec_of(row)
+
+
+def _row_of(
+    ctx: ServiceContext,
+    user: UserModel,
+    spec: ImageSpec,
+    public: bool,
+    engine_image_id: str | None,
+) -> ImageModel:
+    return ImageModel(
         id="img-" + secrets.token_hex(5),
         reference=spec.reference,
+        engine_image_id=engine_image_id,
         name=spec.name,
         description=spec.description,
         os=spec.os,
@@ -234,19 +269,21 @@ def register(
         owner_id=None if public else user.id,
         created_at=ctx.clock(),
     )
-    if any(b.reference == spec.reference for b in builtin_images(ctx.settings.default_image)):
-        raise Conflict(f"{spec.reference} is a built-in catalog entry")
-    try:
-        with ctx.sessions.begin() as session:
-            _replace_own(session, user, spec.reference)
-            session.add(row)
-    except IntegrityError as exc:
-        raise Conflict(f"an image {spec.reference!r} is already registered") from exc
-    return spec_of(row)
+
+
+def check_name_free(ctx: ServiceContext, user: UserModel, reference: str) -> None:
+    """Before building or saving under `reference`: it must not be someone
+    else's entry (their image would be retagged underneath them)."""
+    with ctx.sessions() as session:
+        owner = session.scalar(select(ImageModel.owner_id).where(ImageModel.reference == reference))
+        taken = session.scalar(select(ImageModel.id).where(ImageModel.reference == reference))
+    if taken is not None and owner != user.id and not user.is_admin:
+        raise Conflict(f"the image name {reference!r} is taken: choose another name", field="name")
 
 
 def _replace_own(session: Session, user: UserModel, reference: str) -> None:
-    """A rebuild or re-save under the same name replaces the user's own entry."""
+    """A rebuild or re-save under the same name replaces the user's own entry;
+    anyone else's entry of that name is a conflict, never replaced."""
     old = session.scalars(select(ImageModel).where(ImageModel.reference == reference)).first()
     if old is not None and (old.owner_id == user.id or user.is_admin):
         session.delete(old)
@@ -254,7 +291,9 @@ def _replace_own(session: Session, user: UserModel, reference: str) -> None:
 
 
 def delete_image(ctx: ServiceContext, user: UserModel, image_id: str) -> ImageSpec:
-    """Remove the entry (and the engine's image for private ones)."""
+    """Remove the entry. The engine's image goes too only for what gpudock made
+    in the owner's own namespace (builds, saves): a hand-made entry only points
+    at an image that may be somebody else's, so it never removes one."""
     with ctx.sessions.begin() as session:
         row = session.get(ImageModel, image_id)
         mine = row is not None and (row.owner_id == user.id or user.is_admin)
@@ -263,10 +302,18 @@ def delete_image(ctx: ServiceContext, user: UserModel, image_id: str) -> ImageSp
         if not mine:
             raise Forbidden("only an admin can remove a public image")
         spec = spec_of(row)
+        made_here = row.origin != "manual" and _in_reserved_namespace(row.reference)
         session.delete(row)
-    if spec.visibility == PRIVATE:
+    if made_here:
         ctx.runtime.remove_image(spec.reference)
     return spec
+
+
+def _in_reserved_namespace(reference: str) -> bool:
+    try:
+        return references.parse(reference).reserved
+    except references.BadReference:
+        return False
 
 
 def derived(base: ImageSpec | None, reference: str, name: str, origin: str) -> ImageSpec:
@@ -292,6 +339,7 @@ def derived(base: ImageSpec | None, reference: str, name: str, origin: str) -> I
 def save_instance_image(ctx: ServiceContext, user: UserModel, ref: str, name: str) -> ImageSpec:
     """Commit the instance's system disk (never its data volume) as a private image."""
     reference = private_reference(user, name)
+    check_name_free(ctx, user, reference)
     with ctx.sessions() as session:
         instance = session.scalars(
             select(InstanceModel).where(
@@ -301,14 +349,15 @@ def save_instance_image(ctx: ServiceContext, user: UserModel, ref: str, name: st
         ).first()
         if instance is None:
             raise NotFound(f"no instance {ref!r}: `gpudock instances list` shows yours")
-        container_id, image = instance.container_id, instance.image
+        container_id, image, owner = instance.container_id, instance.image, instance.user_id
     if container_id is None:
         raise Conflict(f"instance {ref} has no container yet; save it once it has run")
     repository, _, tag = reference.rpartition(":")
-    ctx.runtime.commit_container(container_id, repository, tag)
+    ctx.runtime.commit_container(container_id, repository, tag, {LABEL_OWNER: owner})
+    info = ctx.runtime.image_info(reference)
     spec = derived(find_image(ctx, user, image), reference, name, "save")
-    spec = with_size(spec, ctx.runtime.image_size(reference) or 0)
-    return register(ctx, user, spec)
+    spec = with_size(spec, info.size_bytes if info else 0)
+    return register(ctx, user, spec, engine_image_id=info.id if info else None)
 
 
 def install_doctor(ctx: ServiceContext, container_id: str) -> None:
@@ -334,13 +383,19 @@ def compatibility_table(
 
 
 def register_manual(ctx: ServiceContext, user: UserModel, body: dict[str, object]) -> ImageSpec:
-    """POST /images: metadata for an image the engine has or can get."""
+    """POST /images: metadata for an image the engine has or can get, under the
+    name (normalised) and image id the user may use."""
     public = bool(body.pop("public", False))
-    reference = str(body["reference"])
-    sizing.check_image(ctx, reference)
+    resolved = image_access.resolve(ctx, user, str(body.pop("reference")), field="reference")
     archs = body.pop("compute_capabilities", [])
     fields = {k: v for k, v in body.items() if v is not None}
-    spec = ImageSpec(**fields, compute_capabilities=tuple(archs), origin="manual")  # type: ignore[arg-type]
+    spec = ImageSpec(
+        **fields,  # type: ignore[arg-type]
+        reference=resolved.reference,
+        compute_capabilities=tuple(archs),  # type: ignore[arg-type]
+        origin="manual",
+    )
+    size = ctx.runtime.image_size(resolved.reference) or 0
     return register(
-        ctx, user, with_size(spec, ctx.runtime.image_size(reference) or 0), public=public
+        ctx, user, with_size(spec, size), public=public, engine_image_id=resolved.image_id
     )

@@ -23,7 +23,7 @@ from gpudock.db.models import (
     UserModel,
 )
 from gpudock.errors import Conflict, InvalidRequest, NotFound
-from gpudock.services import billing, images, metering, migration_log, sizing
+from gpudock.services import billing, image_access, images, metering, migration_log, sizing
 from gpudock.services.context import ServiceContext
 
 S = InstanceStatus
@@ -119,9 +119,9 @@ def create_instance(
     """Validate, then write the instance as pending in one transaction; the
     reconciler places and starts it."""
     _check_env(request.env)
-    image = request.image or ctx.settings.default_image
-    sizing.check_image(ctx, image)  # may ask a registry: outside any transaction
-    images.preflight(ctx, user, image, request.gpu_model)  # issue 7: driver/arch fit
+    # May ask a registry: outside any transaction.
+    image = image_access.resolve(ctx, user, request.image or ctx.settings.default_image).reference
+    images.preflight(ctx, user, image, request.gpu_model)
     instance_id = "i-" + secrets.token_hex(5)
     name = request.name or instance_id
     if not _NAME.match(name):

@@ -24,7 +24,7 @@ from gpudock.db.models import (
     InstanceStatus,
 )
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
-from gpudock.runtime.base import LABEL_GPUS, ContainerState
+from gpudock.runtime.base import LABEL_CLUSTER, LABEL_GPUS, LABEL_OWNER, ContainerState
 from gpudock.services import containers, images, metering, migration
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import switch_instance_status
@@ -169,7 +169,12 @@ def _carry_writable_layer(
     """The container was made for other GPUs: commit its writable layer so
     packages installed outside /root/data come along, then replace it."""
     repository = containers.system_image_repository(ctx.cluster_id, instance.id)
-    ref = ctx.runtime.commit_container(existing.id, repository, f"t{int(ctx.clock().timestamp())}")
+    ref = ctx.runtime.commit_container(
+        existing.id,
+        repository,
+        f"t{int(ctx.clock().timestamp())}",
+        {LABEL_OWNER: instance.user_id, LABEL_CLUSTER: ctx.cluster_id},
+    )
 
     def mutate(session: Session, row: InstanceModel) -> InstanceModel:
         row.system_image = ref

@@ -13,7 +13,7 @@ from typing import Protocol
 from gpudock.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker, migrate
 from gpudock.gpu.base import GpuSource
 from gpudock.runtime.base import Runtime
-from gpudock.services import inventory, users
+from gpudock.services import image_access, inventory, users
 from gpudock.services.context import ServiceContext, utc_now
 from gpudock.services.reconciler import Reconciler, collect_garbage
 from gpudock.settings import Settings
@@ -39,7 +39,8 @@ class Platform:
     sidecars: list[Sidecar] = field(default_factory=list)
 
     def start(self) -> None:
-        collect_garbage(self.ctx)
+        collect_garbage(self.ctx, at_startup=True)
+        image_access.repair_legacy_rows(self.ctx)
         self.reconciler.start()
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -27,7 +27,7 @@ from gpudock.db.models import (
     InstanceStatus,
 )
 from gpudock.errors import GpudockError
-from gpudock.runtime.base import LABEL_OWNER
+from gpudock.runtime.base import LABEL_BUILD, LABEL_OWNER, ContainerState
 from gpudock.scheduler.placement import HostCapacity, Placement, PlacementRequest, place
 from gpudock.services import billing, charging, containers, health, images, lifecycle, migration
 from gpudock.services.context import ServiceContext
@@ -38,6 +38,7 @@ from gpudock.services.leases import release_all
 log = logging.getLogger(__name__)
 S = InstanceStatus
 GC_INTERVAL_S = 60.0
+BUILD_GRACE_S = 60.0  # past a build's time limit, before its containers count as leftovers
 WAITING = (S.PENDING, S.STARTING, S.MIGRATING)  # unplaced rows the placement pass serves
 
 
@@ -309,9 +310,10 @@ def _exited_at(ctx: ServiceContext, instance_id: str) -> datetime:
 
 
 # -- garbage: containers and volumes no live instance owns ----------------------------
-def collect_garbage(ctx: ServiceContext) -> int:
+def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
     """Remove this cluster's containers and volumes whose instance is deleted
-    or unknown. Returns how many objects were removed."""
+    or unknown (and, at start-up, every build's: no build survives a restart).
+    Returns how many objects were removed."""
     labels = containers.cluster_labels(ctx.cluster_id)
     try:
         found_containers = ctx.runtime.list_containers(labels)
@@ -327,6 +329,9 @@ def collect_garbage(ctx: ServiceContext) -> int:
         kept_volumes = _volumes_in_use(ctx, session, live_rows)
     removed = 0
     for container in found_containers:
+        if LABEL_BUILD in container.labels:
+            removed += _collect_build_container(ctx, container, at_startup)
+            continue
         owner = container.labels.get("gpudock.instance")
         if (
             owner is not None
@@ -353,6 +358,20 @@ def collect_garbage(ctx: ServiceContext) -> int:
             removed += 1
     collect_networks(ctx)  # issue 9
     return removed
+
+
+def _collect_build_container(
+    ctx: ServiceContext, container: ContainerState, at_startup: bool
+) -> int:
+    """A build step's container: its build removes it; one older than any build
+    may run was left by a crash."""
+    limit = timedelta(seconds=ctx.settings.build_timeout_s + BUILD_GRACE_S)
+    young = container.created_at is None or ctx.clock() - container.created_at < limit
+    if young and not at_startup:
+        return 0
+    log.info("removing leftover build container %s", container.name)
+    ctx.runtime.remove_container(container.id, keep_network=True)
+    return 1
 
 
 def _volumes_in_use(

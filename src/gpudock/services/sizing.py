@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -13,17 +12,10 @@ from sqlalchemy.orm import Session
 
 from gpudock.db.models import GpuModel, HostModel
 from gpudock.errors import InvalidRequest
-from gpudock.services.context import ServiceContext
 from gpudock.settings import Settings
 
 if TYPE_CHECKING:
     from gpudock.services.instances import InstanceRequest
-
-# Docker's reference grammar, simplified: [registry/]path[:tag][@digest].
-_IMAGE_REF = re.compile(
-    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*"
-    r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
-)
 
 
 @dataclass(frozen=True)
@@ -31,31 +23,6 @@ class Size:
     cpu: float
     memory_gb: int
     disk_gb: int
-
-
-def check_image(ctx: ServiceContext, ref: str) -> None:
-    """Refuse references that are malformed or that no engine or registry has."""
-    if len(ref) > 512 or not _IMAGE_REF.match(ref):
-        raise InvalidRequest(
-            f"bad image reference {ref!r}: expected e.g. 'pytorch/pytorch:2.4.0-cuda12.4-"
-            "cudnn9-runtime' or 'gpudock/base:bookworm'",
-            field="image",
-        )
-    if ctx.runtime.image_present(ref):
-        return
-    if ctx.settings.image_pull == "never":
-        raise InvalidRequest(
-            f"unknown image {ref!r}: it is not on the Docker Engine and pulling is "
-            f"disabled (GPUDOCK_IMAGE_PULL=never); use {ctx.settings.default_image!r} "
-            "or build the image on the host first",
-            field="image",
-        )
-    if not ctx.runtime.image_pullable(ref):
-        raise InvalidRequest(
-            f"unknown image {ref!r}: it is not on the Docker Engine and its registry "
-            "does not have it (check the name and tag)",
-            field="image",
-        )
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,6 @@ saving an instance's system disk, and deleting one's own images."""
 
 from __future__ import annotations
 
-import io
-import tarfile
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
@@ -51,14 +49,6 @@ def images_page(request: Request, ctx: Context, viewer: Viewer) -> Response:
     return _page(request, ctx, viewer)
 
 
-def _empty_context() -> bytes:
-    """A build from the console has no files beside its Dockerfile."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w"):
-        pass
-    return buffer.getvalue()
-
-
 @router.post("/images/build")
 def build_image(
     request: Request,
@@ -71,7 +61,9 @@ def build_image(
     form = {"name": name, "dockerfile": dockerfile}
     log: list[str] = []
     try:
-        events = image_builds.build(ctx, viewer.user, name.strip(), dockerfile, _empty_context())
+        events = image_builds.build(
+            ctx, viewer.user, name.strip(), dockerfile, image_builds.empty_context()
+        )
         for event in events:
             if "log" in event:
                 log.append(str(event["log"]))

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from gpudock.api.deps import Context, CurrentUser
 from gpudock.api.errors import error_responses
@@ -19,6 +20,7 @@ from gpudock.api.image_schemas import (
     ValidateRequest,
 )
 from gpudock.api.links import links
+from gpudock.api.uploads import receive_upload
 from gpudock.images.catalog import ImageSpec
 from gpudock.services import image_builds, image_validation, images
 
@@ -88,7 +90,7 @@ def delete(ctx: Context, user: CurrentUser, image_id: str) -> ImagePublic:
 @router.post(
     "/build",
     response_class=StreamingResponse,
-    responses={**NDJSON_RESPONSE, **error_responses(403)},
+    responses={**NDJSON_RESPONSE, **error_responses(403, 413)},
     openapi_extra=TAR_BODY,
 )
 async def build(
@@ -100,10 +102,11 @@ async def build(
     public: bool = False,
 ) -> StreamingResponse:
     """Body: the build context as a tar. Streams NDJSON: {"log"}…, then {"image"} or {"error"}."""
-    context_tar = await request.body()
-    return _ndjson(
-        image_builds.build_from_context(ctx, user, name, dockerfile, context_tar, public)
+    upload = await receive_upload(request, image_builds.context_limit(ctx), "build context")
+    events = await run_in_threadpool(
+        image_builds.build_from_upload, ctx, user, name, dockerfile, upload, public
     )
+    return _ndjson(events)
 
 
 @router.post(
