@@ -11,6 +11,7 @@ import pytest
 
 from gpudock.db.models import SshSessionModel
 from gpudock.services import ssh_keys, ssh_sessions
+from tests.key_proof import add_with_proof
 from tests.sshgw.conftest import World, make_key, wait_for
 
 pytestmark = pytest.mark.docker
@@ -126,9 +127,7 @@ def test_a_session_is_audited_with_its_key_and_byte_counts(world: World) -> None
 
 def test_a_removed_key_stops_working(world: World) -> None:
     key = make_key(world.tmp, "carol-laptop")
-    added = ssh_keys.add_key(
-        world.platform.ctx, world.users["alice"], key.with_suffix(".pub").read_text(), "laptop"
-    )
+    added = add_with_proof(world.platform.ctx, world.users["alice"], key, "laptop")
     world.keys["laptop"] = key
     assert world.ssh("train", "true", key="laptop").returncode == 0
     ssh_keys.remove_key(world.platform.ctx, world.users["alice"], added.id)
