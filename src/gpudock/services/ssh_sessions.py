@@ -90,7 +90,6 @@ def authorize(ctx: ServiceContext, login: str, fingerprint: str) -> Grant:
             user_id=owner.id,
             instance_id=instance.id,
         )
-    ssh_keys.mark_used(ctx, key.id)
     return Grant(
         user_id=owner.id,
         user_name=owner.name,
@@ -195,6 +194,9 @@ def record_refusal(ctx: ServiceContext, attempt: Attempt, reason: str) -> None:
 
 
 def open_session(ctx: ServiceContext, grant: Grant, login: str, client_address: str) -> int:
+    """Audit an authenticated connection and mark its key used. Not at `authorize`:
+    that runs when a client merely offers a public key, which anyone can."""
+    ssh_keys.mark_used(ctx, grant.key_id)
     row = SshSessionModel(
         instance_id=grant.instance_id,
         user_id=grant.user_id,
