@@ -59,6 +59,7 @@ class Grant:
     fingerprint: str
     instance_id: str
     instance_name: str
+    key_verified: bool = True
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,13 @@ def authorize(ctx: ServiceContext, login: str, fingerprint: str) -> Grant:
         key, owner = ssh_keys.find_by_fingerprint(ctx, fingerprint)
     except NotFound as exc:
         raise AccessRefused(f"the key {fingerprint} is not registered to any user") from exc
+    if key.verified_at is None and ctx.settings.ssh_unverified_keys == "refuse":
+        raise AccessRefused(
+            f"the key {fingerprint} of {owner.name} was never proven to be theirs (it was "
+            "registered before keys needed a proof) and this server refuses unproven keys: "
+            "its owner proves it with `gpudock keys add PATH`",
+            user_id=owner.id,
+        )
     instance = _resolve(ctx, owner, login)
     if instance is None:
         raise AccessRefused(f"{owner.name} has no instance {login[:MAX_LOGIN]!r}", user_id=owner.id)
@@ -97,6 +105,7 @@ def authorize(ctx: ServiceContext, login: str, fingerprint: str) -> Grant:
         fingerprint=fingerprint,
         instance_id=instance.id,
         instance_name=instance.name,
+        key_verified=key.verified_at is not None,
     )
 
 
