@@ -171,6 +171,8 @@ def test_a_damaged_or_forged_challenge_and_a_damaged_signature_are_refused(
         f"{prefix}.{user_id}.{int(expires) + 86400}.{nonce}.{mac}",  # a later expiry
         f"{prefix}.{bob_id}.{expires}.{nonce}.{mac}",  # another user
         "gpudock-key-proof.x",
+        f"{prefix}.{user_id}.²³.{nonce}.{mac}",  # digits, but not ASCII ones
+        f"{prefix}.{user_id}.{expires}.{nonce}.é{mac[1:]}",
     ]
     for text in forged:
         message = refusal(

@@ -129,8 +129,9 @@ def _read_challenge(ctx: ServiceContext, user: UserModel, challenge: str) -> Cha
     if (
         len(parts) != 5
         or parts[0] != _PREFIX
-        or not parts[2].isdigit()
-        or not hmac.compare_digest(parts[-1], _mac(ctx, body))
+        or not (parts[2].isascii() and parts[2].isdigit())
+        # bytes: compare_digest refuses str with non-ASCII characters
+        or not hmac.compare_digest(parts[-1].encode(), _mac(ctx, body).encode())
     ):
         raise KeyProofRefused(
             f"that is not a challenge this server issued (or it was cut short); {_GET_ONE}",
