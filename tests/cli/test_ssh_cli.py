@@ -9,10 +9,14 @@ import shlex
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from gpudock.db.engine import make_engine, make_sessionmaker
+from gpudock.db.models import SshKeyModel
+from gpudock.services import ssh_keys
 from tests.cli.conftest import Invoke, LiveServer
 
 
@@ -114,6 +118,44 @@ def test_another_users_public_key_cannot_be_added_without_its_private_key(
     assert json.loads(gpudock("keys", "list", "--json", token=bob).output) == []
     owner = json.loads(gpudock("users", "create", unique("alice"), "--json").output)["token"]
     assert gpudock("keys", "add", str(alice), token=owner).exit_code == 0
+
+
+def _register_unproven(live_server: LiveServer, user_id: str, key: Path) -> None:
+    """A key as registered before proofs existed (straight into the server's database)."""
+    parsed = ssh_keys.parse_public_key(key.with_suffix(".pub").read_text())
+    engine = make_engine(f"sqlite:///{live_server.data_dir / 'gpudock.db'}")
+    try:
+        with make_sessionmaker(engine).begin() as session:
+            session.add(
+                SshKeyModel(
+                    id="k-cli-legacy",
+                    user_id=user_id,
+                    name="old-laptop",
+                    algorithm=parsed.algorithm,
+                    bits=parsed.bits,
+                    fingerprint=parsed.fingerprint,
+                    public_key=parsed.public_key,
+                    created_at=datetime.now(UTC),
+                )
+            )
+    finally:
+        engine.dispose()
+
+
+def test_keys_list_flags_an_unproven_key_and_keys_add_proves_it(
+    gpudock: Invoke, live_server: LiveServer, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    made = json.loads(gpudock("users", "create", unique("old"), "--json").output)
+    key = keygen(tmp_path, "old")
+    _register_unproven(live_server, made["id"], key)
+    table = gpudock("keys", "list", token=made["token"])
+    assert "old-laptop" in table.output and " NO " in table.output
+    assert "prove each with `gpudock keys add PATH`" in table.output
+    proven = gpudock("keys", "add", str(key), "--json", token=made["token"])
+    assert proven.exit_code == 0, proven.output
+    assert json.loads(proven.output)["id"] == "k-cli-legacy"
+    listed = json.loads(gpudock("keys", "list", "--json", token=made["token"]).output)
+    assert [k["verified"] for k in listed] == [True]
 
 
 def test_ssh_config_ssh_and_instances_show(
