@@ -92,15 +92,26 @@ def agent(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 def test_keys_add_signs_through_ssh_agent_when_only_the_pub_is_on_disk(
-    gpudock: Invoke, tmp_path: Path, agent: dict[str, str], unique: Callable[[str], str]
+    gpudock: Invoke,
+    tmp_path: Path,
+    home: Path,
+    agent: dict[str, str],
+    unique: Callable[[str], str],
 ) -> None:
-    private = keygen(tmp_path, "agent")
-    subprocess.run(["ssh-add", "-q", str(private)], env=agent, check=True)
-    private.unlink()
+    (home / ".ssh").mkdir()
+    named, default = keygen(tmp_path, "agent"), keygen(home / ".ssh", "ed25519")
+    for private in (named, default):
+        subprocess.run(["ssh-add", "-q", str(private)], env=agent, check=True)
+        private.unlink()
     name = unique("agent")
-    added = gpudock("keys", "add", str(private.with_suffix(".pub")), "--name", name, env=agent)
+    added = gpudock("keys", "add", str(named.with_suffix(".pub")), "--name", name, env=agent)
     assert added.exit_code == 0, added.output
-    assert fingerprint(private.with_suffix(".pub")) in added.output
+    assert fingerprint(named.with_suffix(".pub")) in added.output
+    by_default = gpudock(
+        "keys", "add", "--name", unique("default"), env={**agent, "HOME": str(home)}
+    )
+    assert by_default.exit_code == 0, by_default.output
+    assert fingerprint(default.with_suffix(".pub")) in by_default.output
 
 
 def test_another_users_public_key_cannot_be_added_without_its_private_key(
