@@ -52,6 +52,7 @@ from typing import Any
 
 import docker
 import httpx
+from tests.key_proof import post_with_proof
 
 from bench.start_latency import BenchError, running_server
 
@@ -131,14 +132,14 @@ def dockerd_pid() -> int:
 
 
 # -- the gpudock side ----------------------------------------------------------------------
-def create_instance(url: str, admin_token: str, public_key: str) -> tuple[str, str, int]:
-    """A user with the key and a running 1 × A100 instance with all of the host's CPUs
+def create_instance(url: str, admin_token: str, key: Path) -> tuple[str, str, int]:
+    """A user with the key (proven) and a running 1 × A100 instance with all of the host's CPUs
     (the baseline's sshd runs inside it); (instance id, container id, gateway port)."""
     with httpx.Client(base_url=url + "/api/v1", timeout=60) as http:
         admin = {"Authorization": f"Bearer {admin_token}"}
         user = http.post("/users", json={"name": "bench"}, headers=admin).json()
         headers = {"Authorization": f"Bearer {user['token']}"}
-        http.post("/ssh-keys", json={"public_key": public_key}, headers=headers).raise_for_status()
+        post_with_proof(http, key, headers=headers, prefix="").raise_for_status()
         cpus = max(h["cpus"] for h in http.get("/hosts", headers=admin).json())
         body = {"name": "bench", "gpu_model": "A100-80GB", "gpu_count": 1, "cpu": cpus}
         created = http.post("/instances", json=body, headers=headers)
@@ -287,7 +288,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     engine = docker.from_env()
     with running_server(workdir / "data", workdir / "server.log") as server:
         admin_token = (server.data_dir / "admin.token").read_text().strip()
-        instance_id, container_id, ssh_port = create_instance(server.url, admin_token, public_key)
+        instance_id, container_id, ssh_port = create_instance(server.url, admin_token, key)
         container = engine.containers.get(container_id)
         try:
             gateway = Endpoint("gateway", "127.0.0.1", ssh_port, instance_id, "/root")

@@ -26,11 +26,12 @@ from pathlib import Path
 
 from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
+from tests.key_proof import add_with_proof, make_key
 
 from gpudock.api.app import create_app
 from gpudock.billing.money import parse_amount
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import accounts, billing, instances, ssh_keys, users
+from gpudock.services import accounts, billing, instances, users
 from gpudock.services.instances import InstanceRequest
 from gpudock.services.platform import Platform, open_platform
 from gpudock.settings import Settings
@@ -39,9 +40,6 @@ FLEET = "4x8xA100-80GB,2x4xRTX4090-24GB"
 BUDGET_MS = 200.0
 PASSWORD = "bench password"  # noqa: S105 (a throwaway database)
 IMAGE = "pytorch/pytorch:2.1.2-cuda11.8-cudnn8-runtime"
-KEY = (  # a throwaway public key
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAegOvaxbWS1uzfZ7VYy0xFyivQOf26UCmrOzhnzqsDs bench"
-)
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -67,7 +65,7 @@ def seed(platform: Platform, count: int) -> str:
     for model, price in (("A100-80GB", "7.2"), ("RTX4090-24GB", "3.6")):
         billing.set_price(platform.ctx, admin, "gpu", model, parse_amount(price))
     billing.topup(platform.ctx, admin, "alice", parse_amount("100000"), None)
-    ssh_keys.add_key(platform.ctx, alice, KEY, "laptop")
+    add_with_proof(platform.ctx, alice, make_key(platform.ctx.settings.data_dir, "bench"), "laptop")
     first = ""
     for n in range(count):
         model = "A100-80GB" if n % 2 else "RTX4090-24GB"

@@ -6,6 +6,7 @@ Built by the app factory or the CLI, never at import time.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from limits import parse_many
 from pydantic import Field, field_validator, model_validator
@@ -138,6 +139,11 @@ class Settings(BaseSettings):
     )
     ssh_login_timeout_s: float = Field(
         default=30.0, gt=0, description="Time a client has to authenticate."
+    )
+    ssh_unverified_keys: Literal["allow", "refuse"] = Field(
+        default="allow",
+        description="Keys registered before adding one needed a proof of possession: "
+        "'allow' lets them log in (their owners are told to prove them), 'refuse' ends that.",
     )
 
     # -- rate limits (issue 9): "N/second;M/minute" (the `limits` notation) --

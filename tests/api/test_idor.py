@@ -17,19 +17,20 @@ The rule, one for the whole API, for a non-admin caller:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import asyncssh
 import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.images.catalog import ImageSpec
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import images, instances, ssh_keys, users
+from gpudock.services import images, instances, users
 from gpudock.services.instances import InstanceRequest
 from gpudock.services.platform import Platform
 from tests.conftest import PlatformFactory
 from tests.factories import Tenant
+from tests.key_proof import add_with_proof, make_key
 
 API = "/api/v1"
 TOOLS_IMAGE = "example/tools:1"
@@ -93,7 +94,7 @@ class OwnedObjects:
     alice: Tenant
 
     @classmethod
-    def make(cls, platform: Platform, alice: Tenant) -> OwnedObjects:
+    def make(cls, platform: Platform, alice: Tenant, key_dir: Path) -> OwnedObjects:
         ctx = platform.ctx
         owner = users.authenticate(ctx, alice.token)
         instance = instances.create_instance(
@@ -101,8 +102,7 @@ class OwnedObjects:
         )
         spec = ImageSpec(reference=TOOLS_IMAGE, name="tools", origin="manual")
         image = images.register(ctx, owner, spec)
-        public_key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode()
-        key = ssh_keys.add_key(ctx, owner, public_key, "laptop")
+        key = add_with_proof(ctx, owner, make_key(key_dir, "alice"), "laptop")
         assert image.id is not None
         return cls(
             values={
@@ -155,9 +155,9 @@ def test_the_sweep_finds_every_id_route(client: TestClient) -> None:
 
 
 def test_another_tenant_gets_404_for_every_verb_on_every_id_route(
-    client: TestClient, platform: Platform, alice: Tenant, bob: Tenant
+    client: TestClient, platform: Platform, alice: Tenant, bob: Tenant, tmp_path: Path
 ) -> None:
-    owned = OwnedObjects.make(platform, alice)
+    owned = OwnedObjects.make(platform, alice, tmp_path)
     refused = client.get(f"{API}/users", headers=bob.headers)  # an admin-only route
     assert refused.status_code == 403
     admin_refusal: Answer = (403, refused.json())
@@ -188,10 +188,10 @@ def test_another_tenant_gets_404_for_every_verb_on_every_id_route(
 
 
 def test_an_object_id_in_the_path_is_the_owners_to_use(
-    client: TestClient, platform: Platform, alice: Tenant
+    client: TestClient, platform: Platform, alice: Tenant, tmp_path: Path
 ) -> None:
     """The sweep's premise: the same URLs do reach the objects for their owner."""
-    owned = OwnedObjects.make(platform, alice)
+    owned = OwnedObjects.make(platform, alice, tmp_path)
     for path in ("/instances/{instance_id}", "/instances/{instance_id}/events"):
         url = API + path.format(**owned.values)
         assert client.get(url, headers=alice.headers).status_code == 200

@@ -14,6 +14,7 @@ from gpudock.services import ssh_endpoint, ssh_sessions
 from gpudock.services.platform import Platform
 from gpudock.services.ssh_sessions import Attempt, Grant
 from tests.factories import Tenant
+from tests.key_proof import post_with_proof, public_text
 
 API = "/api/v1"
 ACCEPTED = {  # name → (ssh-keygen arguments, algorithm)
@@ -29,7 +30,7 @@ REFUSED = {"dsa": ["-t", "dsa"], "rsa1024": ["-t", "rsa", "-b", "1024"]}
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Public key files made by ssh-keygen, by name."""
+    """Private key files made by ssh-keygen (the .pub beside each), by name."""
     directory = tmp_path_factory.mktemp("keys")
     made = {}
     for name, args in {**{n: a for n, (a, _) in ACCEPTED.items()}, **REFUSED}.items():
@@ -38,7 +39,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             ["ssh-keygen", "-q", *args, "-N", "", "-C", f"{name}@laptop", "-f", str(path)],
             check=True,
         )
-        made[name] = path.with_suffix(".pub")
+        made[name] = path
     return made
 
 
@@ -49,17 +50,25 @@ def keygen_says(path: Path) -> tuple[int, str]:
     return int(bits), fingerprint
 
 
-def add(
-    client: TestClient, tenant: Tenant, public_key: str, name: str | None = None
-) -> httpx.Response:
-    body = {"public_key": public_key, **({"name": name} if name else {})}
-    response: httpx.Response = client.post(f"{API}/ssh-keys", json=body, headers=tenant.headers)
+def add(client: TestClient, tenant: Tenant, key: Path, name: str | None = None) -> httpx.Response:
+    """Register KEY (a private key's path) with a proof, as `gpudock keys add` does."""
+    return post_with_proof(client, key, name, headers=tenant.headers)
+
+
+def add_text(client: TestClient, tenant: Tenant, public_key: str) -> httpx.Response:
+    """Send PUBLIC_KEY with an otherwise valid proof: it is refused before the proof counts."""
+    response: httpx.Response = client.post(
+        f"{API}/ssh-keys",
+        json={"public_key": public_key, "challenge": "c", "signature": "s"},
+        headers=tenant.headers,
+    )
     return response
 
 
 ROUTES = [
     ("get", "/ssh-keys"),
     ("post", "/ssh-keys"),
+    ("post", "/ssh-keys/challenge"),
     ("delete", "/ssh-keys/k-000000000000"),
     ("get", "/ssh"),
     ("get", "/instances/i-0000000000/sessions"),
@@ -76,7 +85,7 @@ def test_every_ssh_endpoint_needs_a_token(client: TestClient, method: str, path:
 def test_another_tenants_key_and_sessions_are_not_found(
     client: TestClient, alice: Tenant, bob: Tenant, keys: dict[str, Path]
 ) -> None:
-    key = add(client, alice, keys["ed25519"].read_text()).json()
+    key = add(client, alice, keys["ed25519"]).json()
     for ref in (key["id"], key["name"], key["fingerprint"]):
         response = client.delete(f"{API}/ssh-keys/{ref}", headers=bob.headers)
         assert response.status_code == 404, response.text
@@ -93,7 +102,7 @@ def test_another_tenants_key_and_sessions_are_not_found(
 def test_accepted_keys_get_the_fingerprint_ssh_keygen_prints(
     client: TestClient, alice: Tenant, keys: dict[str, Path], name: str
 ) -> None:
-    response = add(client, alice, keys[name].read_text())
+    response = add(client, alice, keys[name])
     assert response.status_code == 201, response.text
     key = response.json()
     bits, fingerprint = keygen_says(keys[name])
@@ -103,7 +112,8 @@ def test_accepted_keys_get_the_fingerprint_ssh_keygen_prints(
         ACCEPTED[name][1],
         f"{name}@laptop",
     )
-    assert key["public_key"] == " ".join(keys[name].read_text().split()[:2])
+    assert key["public_key"] == " ".join(public_text(keys[name]).split()[:2])
+    assert key["verified"] is True and key["verified_at"] == key["created_at"]
 
 
 @pytest.mark.parametrize(
@@ -121,8 +131,8 @@ def test_accepted_keys_get_the_fingerprint_ssh_keygen_prints(
 def test_other_and_malformed_keys_are_refused_with_the_reason(
     client: TestClient, alice: Tenant, keys: dict[str, Path], text: str, message: str
 ) -> None:
-    public_key = keys[text].read_text() if text in keys else text
-    response = add(client, alice, public_key)
+    public_key = public_text(keys[text]) if text in keys else text
+    response = add_text(client, alice, public_key)
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert message in error["message"] and error["field"] == "public_key"
@@ -131,21 +141,22 @@ def test_other_and_malformed_keys_are_refused_with_the_reason(
 def test_a_key_belongs_to_one_user_and_names_are_unique(
     client: TestClient, alice: Tenant, bob: Tenant, keys: dict[str, Path]
 ) -> None:
-    assert add(client, alice, keys["ed25519"].read_text(), "laptop").status_code == 201
-    again = add(client, alice, keys["ed25519"].read_text(), "other")
+    assert add(client, alice, keys["ed25519"], "laptop").status_code == 201
+    again = add(client, alice, keys["ed25519"], "other")
     assert again.status_code == 409 and "your account" in again.text
-    stolen = add(client, bob, keys["ed25519"].read_text())
-    assert stolen.status_code == 409 and "another account" in stolen.text
-    same_name = add(client, alice, keys["ecdsa256"].read_text(), "laptop")
+    # bob holds the private key too (a shared key): still one user per key, and
+    # the answer says only that someone else has it, never who
+    shared = add(client, bob, keys["ed25519"])
+    assert shared.status_code == 409 and "another account" in shared.text
+    assert "alice" not in shared.text
+    same_name = add(client, alice, keys["ecdsa256"], "laptop")
     assert same_name.status_code == 409
 
 
 def test_list_and_remove_by_id_name_or_fingerprint(
     client: TestClient, alice: Tenant, keys: dict[str, Path]
 ) -> None:
-    made = [
-        add(client, alice, keys[n].read_text()).json() for n in ("ed25519", "ecdsa256", "rsa2048")
-    ]
+    made = [add(client, alice, keys[n]).json() for n in ("ed25519", "ecdsa256", "rsa2048")]
     listed = client.get(f"{API}/ssh-keys", headers=alice.headers).json()
     assert [k["id"] for k in listed] == [k["id"] for k in made]
     slashed = add(client, alice, _key_with_slash_in_fingerprint(keys)).json()
@@ -195,7 +206,7 @@ def test_sessions_are_listed_newest_first(
     assert rows[1]["key_fingerprint"] == "SHA256:abc" and rows[1]["ended_at"] is not None
 
 
-def _key_with_slash_in_fingerprint(keys: dict[str, Path]) -> str:
+def _key_with_slash_in_fingerprint(keys: dict[str, Path]) -> Path:
     directory = next(iter(keys.values())).parent
     for attempt in range(200):
         path = directory / f"id_slash{attempt}"
@@ -204,5 +215,5 @@ def _key_with_slash_in_fingerprint(keys: dict[str, Path]) -> str:
                 ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True
             )
         if "/" in keygen_says(path.with_suffix(".pub"))[1]:
-            return path.with_suffix(".pub").read_text()
+            return path
     raise AssertionError("no fingerprint with a '/' in 200 keys")

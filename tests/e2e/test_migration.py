@@ -21,6 +21,7 @@ import pytest
 from gpudock.services import containers
 from tests.docker_helpers import assert_converged_on
 from tests.e2e.conftest import ServerFactory
+from tests.key_proof import post_with_proof
 from tests.server_process import ServerProcess, wait_for
 from tests.ssh_options import SSH_OPTIONS
 
@@ -34,7 +35,7 @@ def _user_with_key(server: ServerProcess, tmp_path: Path) -> tuple[httpx.Client,
     if not key.exists():
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     user = server.client(token)
-    added = user.post("/ssh-keys", json={"public_key": key.with_suffix(".pub").read_text()})
+    added = post_with_proof(user, key, prefix="")
     assert added.status_code == 201, added.text
     return user, key
 

@@ -22,12 +22,13 @@ import pytest
 
 from gpudock.db.models import InstanceModel, InstanceStatus, SshSessionModel, UserModel
 from gpudock.runtime.docker import DockerRuntime
-from gpudock.services import instances, ssh_keys, users
+from gpudock.services import instances, users
 from gpudock.services.instances import InstanceRequest
 from gpudock.services.platform import Platform, open_platform
 from gpudock.settings import Settings
 from gpudock.sshgw.gateway import SshGateway
 from tests.docker_helpers import docker_client, remove_cluster_objects
+from tests.key_proof import add_with_proof
 from tests.ssh_options import SSH_OPTIONS as BASE_SSH_OPTIONS
 
 T = TypeVar("T")
@@ -187,7 +188,7 @@ def _populate(
     }
     keys = {name: make_key(tmp, name) for name in (*people, "stranger")}
     for name, user in people.items():
-        ssh_keys.add_key(ctx, user, keys[name].with_suffix(".pub").read_text(), None)
+        add_with_proof(ctx, user, keys[name])
     world = World(platform, gateway, keys, people, None, engine, tmp)  # type: ignore[arg-type]
     world.instance = world.create_instance("alice", "train")
     return world

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudock.db.models import SshSessionModel
+from gpudock.db.models import SshKeyModel, SshSessionModel
 from gpudock.services import ssh_keys, ssh_sessions
+from tests.key_proof import add_with_proof
 from tests.sshgw.conftest import World, make_key, wait_for
 
 pytestmark = pytest.mark.docker
@@ -126,9 +127,7 @@ def test_a_session_is_audited_with_its_key_and_byte_counts(world: World) -> None
 
 def test_a_removed_key_stops_working(world: World) -> None:
     key = make_key(world.tmp, "carol-laptop")
-    added = ssh_keys.add_key(
-        world.platform.ctx, world.users["alice"], key.with_suffix(".pub").read_text(), "laptop"
-    )
+    added = add_with_proof(world.platform.ctx, world.users["alice"], key, "laptop")
     world.keys["laptop"] = key
     assert world.ssh("train", "true", key="laptop").returncode == 0
     ssh_keys.remove_key(world.platform.ctx, world.users["alice"], added.id)
@@ -142,3 +141,26 @@ def test_sessions_are_listed_for_the_owner_only(world: World) -> None:
     assert rows and all(r.instance_id == world.instance.id for r in rows)
     with pytest.raises(NotFound):
         ssh_sessions.list_sessions(world.platform.ctx, world.users["bob"], world.instance.id)
+
+
+def test_a_key_is_marked_used_by_a_login_not_by_an_offer(world: World) -> None:
+    """Anyone with the public key alone can offer it (ssh -i KEY.pub); that is no use."""
+    key = make_key(world.tmp, "dora-laptop")
+    added = add_with_proof(world.platform.ctx, world.users["alice"], key, "dora")
+    public_only = world.tmp / "public-only" / "id_dora.pub"
+    public_only.parent.mkdir()
+    public_only.write_text(key.with_name(key.name + ".pub").read_text())
+    world.keys["dora-public"] = public_only
+    offered = world.ssh("train", "true", key="dora-public", options=("-v",))
+    assert offered.returncode == 255 and b"Server accepts key" in offered.stderr
+    assert _last_used(world, added.id) is None
+    world.keys["dora"] = key
+    assert world.ssh("train", "true", key="dora").returncode == 0
+    wait_for(lambda: _last_used(world, added.id), "the login to mark the key used")
+
+
+def _last_used(world: World, key_id: str) -> object:
+    with world.platform.ctx.sessions() as session:
+        row = session.get(SshKeyModel, key_id)
+        assert row is not None
+        return row.last_used_at

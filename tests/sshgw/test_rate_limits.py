@@ -26,6 +26,7 @@ from gpudock.services.instances import InstanceRequest
 from gpudock.services.platform import Platform, open_platform
 from gpudock.settings import Settings
 from gpudock.sshgw.gateway import SshGateway
+from tests.key_proof import add_with_proof
 from tests.sshgw.conftest import DEADLINE_S, SSH_OPTIONS, GatewayThread, make_key, wait_for
 
 HELLO = b"hello through the gateway\n"
@@ -76,8 +77,7 @@ def gateway_factory(tmp_path: Path) -> Iterator[GatewayFactory]:
         for owner in ("alice", "bob"):
             user = users.create_user(platform.ctx, owner).user
             gateway.keys[owner] = make_key(tmp_path, f"{owner}{len(made)}")
-            public_key = gateway.keys[owner].with_suffix(".pub").read_text()
-            ssh_keys.add_key(platform.ctx, user, public_key, None)
+            add_with_proof(platform.ctx, user, gateway.keys[owner])
             request = InstanceRequest(gpu_model=None, gpu_count=0, name="box")
             gateway.instance_ids[owner] = instances.create_instance(platform.ctx, user, request).id
         _run_until_running(platform, list(gateway.instance_ids.values()))

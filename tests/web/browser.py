@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,10 +13,11 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from gpudock.api.app import create_app
 from gpudock.services.platform import Platform
+from tests.key_proof import public_text
 
 CHROMIUM = os.environ.get("GPUDOCK_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -62,3 +64,13 @@ def screenshot_dir(tmp_path: Path) -> Path:
     target = Path(os.environ.get(SCREENSHOT_ENV) or tmp_path / "screenshots")
     target.mkdir(parents=True, exist_ok=True)
     return target
+
+
+def fill_key_with_proof(page: Page, private_key: Path, public_key: Path | None = None) -> None:
+    """Fill the SSH keys form as a user does: run the page's one-line command with the
+    key's path, paste what it printed and the .pub (PUBLIC_KEY's, if given)."""
+    command = page.locator("#sign-command").inner_text()
+    line = command.replace("~/.ssh/id_ed25519", str(private_key))
+    signed = subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True)
+    page.fill("textarea[name=public_key]", public_text(public_key or private_key))
+    page.fill("textarea[name=signature]", signed.stdout)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncssh
 import docker
 import pytest
 from playwright.sync_api import Locator, Page, expect
@@ -15,7 +14,8 @@ from gpudock.services import accounts, containers, users
 from gpudock.services.platform import Platform
 from tests.conftest import PlatformFactory
 from tests.docker_helpers import docker_client, remove_cluster_objects
-from tests.web.browser import chromium, screenshot_dir, serve
+from tests.key_proof import make_key
+from tests.web.browser import chromium, fill_key_with_proof, screenshot_dir, serve
 from tests.web.conftest import PASSWORD, make_user
 
 pytestmark = pytest.mark.docker
@@ -71,7 +71,7 @@ def test_user_and_operator_journey_in_chromium(
         page.goto(f"{url}/instances")
         log_in(page, url, "alice")
         expect(page).to_have_url(f"{url}/instances")
-        add_ssh_key(page, shots)
+        add_ssh_key(page, tmp_path)
         instance_id = create_and_watch(page, url, shots)
         assert container_state(engine, real, instance_id) == "running"  # a real container
         ssh = page.locator("#ssh-command")
@@ -116,13 +116,12 @@ def set_price_and_top_up(page: Page, url: str, shots: Path) -> None:
     expect(page).to_have_url(f"{url}/login")
 
 
-def add_ssh_key(page: Page, shots: Path) -> None:
+def add_ssh_key(page: Page, key_dir: Path) -> None:
+    """The page's own screenshot is test_ssh_keys_browser.py's."""
     page.click("header nav >> text=SSH keys")
-    key = asyncssh.generate_private_key("ssh-ed25519", comment="alice@laptop")
-    page.fill("textarea[name=public_key]", key.export_public_key().decode())
+    fill_key_with_proof(page, make_key(key_dir, "alice"))
     page.click("#key-form button[type=submit]")
-    expect(page.locator("tr[data-key='alice@laptop']")).to_contain_text("SHA256:")
-    page.screenshot(path=shots / "ssh-keys.png", full_page=True)
+    expect(page.locator("tr[data-key='alice@test']")).to_contain_text("SHA256:")
 
 
 def see_the_ledger_line(page: Page, shots: Path) -> None:

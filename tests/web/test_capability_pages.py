@@ -4,48 +4,111 @@ from __future__ import annotations
 
 import html
 import re
+import subprocess
+from pathlib import Path
 
-import asyncssh
-
-from gpudock.db.models import UserModel
+from gpudock.db.models import SshKeyModel, UserModel
 from gpudock.services import images, ssh_keys, ssh_sessions, users
+from gpudock.services.context import utc_now
 from gpudock.services.platform import Platform
+from tests.key_proof import make_key, public_text
 from tests.web.conftest import log_in
 from tests.web.test_pages import create
 
 NEW_CUDA = "nvidia/cuda:13.0.0-runtime-ubuntu24.04"
 
 
-def public_key(comment: str = "alice@laptop") -> str:
-    key = asyncssh.generate_private_key("ssh-ed25519", comment=comment)
-    return key.export_public_key().decode().strip()
-
-
 def user_named(platform: Platform, name: str) -> UserModel:
     return next(u for u in users.list_users(platform.ctx) if u.name == name)
 
 
-def test_ssh_keys_are_added_listed_and_removed_by_their_owner_only(console: Platform) -> None:
+_CHALLENGE = re.compile(r'name="challenge" value="([^"]+)"')
+_COMMAND = re.compile(r'<code id="sign-command">([^<]+)</code>')
+
+
+def proof_fields(page: str, key: Path) -> dict[str, str]:
+    """Run the page's one-line command (with KEY's path) as a user would, and fill the form."""
+    challenge = _CHALLENGE.search(page)
+    command = _COMMAND.search(page)
+    assert challenge and command, "no challenge or command on the page"
+    assert f"'{challenge.group(1)}'" in html.unescape(command.group(1))
+    line = html.unescape(command.group(1)).replace("~/.ssh/id_ed25519", str(key))
+    signed = subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True)
+    return {"challenge": challenge.group(1), "signature": signed.stdout}
+
+
+def test_ssh_keys_are_added_with_a_proof_listed_and_removed_by_their_owner_only(
+    console: Platform, tmp_path: Path
+) -> None:
     alice, bob = log_in(console, "alice"), log_in(console, "bob")
-    text = public_key()
-    added = alice.post("/ssh-keys", {"public_key": text + "\n", "name": ""})
-    assert added.status_code == 303
+    key = make_key(tmp_path, "alice")
+    text = public_text(key)
     page = alice.client.get("/ssh-keys").text
-    assert 'data-key="alice@laptop"' in page and "ssh-ed25519 256" in page
-    [key] = ssh_keys.list_keys(console.ctx, user_named(console, "alice"))
-    again = bob.post("/ssh-keys", {"public_key": text, "name": "mine"})
-    assert again.status_code == 422 and "already registered to another account" in html.unescape(
-        again.text
+    assert "gpudock keys add" in page and "-n gpudock-key-proof" in page
+    added = alice.post(
+        "/ssh-keys", {"public_key": text + "\n", "name": "", **proof_fields(page, key)}
     )
-    assert 'data-field="public_key"' in again.text
+    assert added.status_code == 303, added.text
+    page = alice.client.get("/ssh-keys").text
+    assert 'data-key="alice@test"' in page and "ssh-ed25519 256" in page
+    assert 'data-proof="proven"' in page and 'id="unproven-notice"' not in page
+    [added_key] = ssh_keys.list_keys(console.ctx, user_named(console, "alice"))
     private = alice.post("/ssh-keys", {"public_key": "-----BEGIN OPENSSH PRIVATE KEY-----"})
     assert private.status_code == 422 and "that is a private key" in private.text
     assert "BEGIN OPENSSH" in private.text  # kept in the form to fix
-    assert bob.post(f"/ssh-keys/{key.id}/delete").status_code == 404
+    assert bob.post(f"/ssh-keys/{added_key.id}/delete").status_code == 404
     assert ssh_keys.list_keys(console.ctx, user_named(console, "alice")) != []
-    assert alice.post(f"/ssh-keys/{key.id}/delete").status_code == 303
+    assert alice.post(f"/ssh-keys/{added_key.id}/delete").status_code == 303
     assert ssh_keys.list_keys(console.ctx, user_named(console, "alice")) == []
     assert "No keys yet." in alice.client.get("/ssh-keys").text
+
+
+def test_the_console_refuses_anothers_key_and_keeps_what_was_pasted(
+    console: Platform, tmp_path: Path
+) -> None:
+    alice, bob = log_in(console, "alice"), log_in(console, "bob")
+    alice_key, bob_key = make_key(tmp_path, "alice"), make_key(tmp_path, "bob")
+    page = bob.client.get("/ssh-keys").text
+    bare = bob.post("/ssh-keys", {"public_key": public_text(alice_key)})
+    assert bare.status_code == 422 and 'data-field="signature"' in bare.text
+    # bob signs his challenge with his own key but pastes alice's public key
+    fields = proof_fields(page, bob_key)
+    squat = bob.post("/ssh-keys", {"public_key": public_text(alice_key), **fields})
+    assert squat.status_code == 422 and "the signature was made with the key" in squat.text
+    assert fields["challenge"] in squat.text and "BEGIN SSH SIGNATURE" in squat.text  # kept
+    assert ssh_keys.list_keys(console.ctx, user_named(console, "bob")) == []
+    # fixing the pasted key keeps the challenge and the signature: no second signing
+    fixed = bob.post("/ssh-keys", {"public_key": public_text(bob_key), **fields})
+    assert fixed.status_code == 303, fixed.text
+    # alice's own proof, replayed by bob, names no one
+    mine = proof_fields(alice.client.get("/ssh-keys").text, alice_key)
+    replayed = bob.post("/ssh-keys", {"public_key": public_text(alice_key), **mine})
+    assert replayed.status_code == 422 and "issued to another account" in replayed.text
+    assert "alice" not in replayed.text.split("<main", 1)[1].replace("alice@test", "")
+    assert mine["challenge"] not in replayed.text  # a new challenge for bob to sign
+    assert (
+        alice.post("/ssh-keys", {"public_key": public_text(alice_key), **mine}).status_code == 303
+    )
+
+
+def test_unproven_keys_are_marked_and_explained(console: Platform, tmp_path: Path) -> None:
+    alice = log_in(console, "alice")
+    parsed = ssh_keys.parse_public_key(public_text(make_key(tmp_path, "old")))
+    with console.ctx.sessions.begin() as session:
+        session.add(
+            SshKeyModel(
+                id="k-legacy",
+                user_id=user_named(console, "alice").id,
+                name="old",
+                algorithm=parsed.algorithm,
+                bits=parsed.bits,
+                fingerprint=parsed.fingerprint,
+                public_key=parsed.public_key,
+                created_at=utc_now(),
+            )
+        )
+    page = alice.client.get("/ssh-keys").text
+    assert 'data-proof="unproven"' in page and 'id="unproven-notice"' in page
 
 
 def test_images_page_shows_compatibility_per_gpu_model(console: Platform) -> None:

@@ -158,6 +158,27 @@ class SshKeyCreateRequest(BaseModel):
     name: str | None = Field(
         default=None, max_length=128, description="Default: the key's comment."
     )
+    challenge: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Required: a challenge from `POST /ssh-keys/challenge` (yours, unexpired).",
+    )
+    signature: str | None = Field(
+        default=None,
+        max_length=16_384,
+        description="Required: the challenge signed with the key's private half, as "
+        "`printf %s CHALLENGE | ssh-keygen -Y sign -n gpudock-key-proof -f KEY` prints it "
+        "(-----BEGIN SSH SIGNATURE----- …).",
+    )
+
+
+class SshKeyChallengePublic(BaseModel):
+    challenge: str = Field(description="Sign exactly this text (no newline needed).")
+    namespace: str = Field(description="The SSHSIG namespace the signature must use.")
+    expires_at: datetime
+    sign_command: str = Field(
+        description="The one line that signs it; replace the key path with yours."
+    )
 
 
 class SshKeyPublic(BaseModel):
@@ -168,7 +189,12 @@ class SshKeyPublic(BaseModel):
     fingerprint: str = Field(description="SHA256:…, as `ssh-keygen -lf` prints it")
     public_key: str
     created_at: datetime
-    last_used_at: datetime | None
+    last_used_at: datetime | None = Field(description="Its last SSH login through the gateway.")
+    verified: bool = Field(
+        description="Its holder proved possession of the private key. False: registered "
+        "before proofs were required; add it again (with a proof) to prove it."
+    )
+    verified_at: datetime | None
 
 
 class SshSessionPublic(BaseModel):

@@ -428,6 +428,11 @@ class SshKeyModel(Base):
     public_key: Mapped[str] = mapped_column(Text, comment="'<algorithm> <base64>', no comment")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    verified_at: Mapped[datetime | None] = mapped_column(
+        UTCDateTime,
+        nullable=True,
+        comment="when its holder proved possession; None: registered before proofs",
+    )
 
 
 class SshSessionOutcome(enum.StrEnum):

@@ -2,14 +2,17 @@
 
 Accepted: ssh-ed25519, ecdsa-sha2-nistp256/384/521 and ssh-rsa of 2048 bits or
 more. A key belongs to one user (its fingerprint is unique), so the key that
-authenticates at the SSH gateway names exactly one person.
+authenticates at the SSH gateway names exactly one person; adding one takes a
+proof that the user holds its private half (`ssh_key_proof`).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncssh
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -19,13 +22,16 @@ from sqlalchemy.orm import Session
 
 from gpudock.db.models import SshKeyModel, UserModel
 from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.services import ssh_key_proof
 from gpudock.services.context import ServiceContext
+from gpudock.services.ssh_key_proof import KeyProof
 
 MIN_RSA_BITS = 2048
 ECDSA_CURVES = ("ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
 ACCEPTED = ("ssh-ed25519", *ECDSA_CURVES, "ssh-rsa")
 MAX_KEY_TEXT = 16_384
 _NAME = re.compile(r"^[\w.@+-][\w .@+-]{0,127}$")
+log = logging.getLogger(__name__)
 _HOW_TO_MAKE = "make one with `ssh-keygen -t ed25519` and send the .pub file"
 
 
@@ -104,7 +110,16 @@ def fingerprint_of(key: asyncssh.SSHKey) -> str:
     return key.get_fingerprint("sha256")
 
 
-def add_key(ctx: ServiceContext, user: UserModel, text: str, name: str | None) -> SshKeyModel:
+def add_key(
+    ctx: ServiceContext, user: UserModel, text: str, name: str | None, proof: KeyProof | None
+) -> SshKeyModel:
+    """Register the key once PROOF shows the user holds its private half.
+
+    The proof is checked first, so only the key's holder learns whether it is
+    registered already. A key of this user's registered before proofs were
+    required is marked proven (and returned); another user's unproven
+    registration of it gives way to the proven holder.
+    """
     parsed = parse_public_key(text)
     key_name = (name or parsed.comment or parsed.fingerprint[7:19]).strip()[:128]
     if not _NAME.match(key_name):
@@ -112,6 +127,8 @@ def add_key(ctx: ServiceContext, user: UserModel, text: str, name: str | None) -
             f"bad key name {key_name!r}: use up to 128 letters, digits, spaces and ._@+-",
             field="name",
         )
+    ssh_key_proof.check(ctx, user, parsed.public_key, proof)
+    now = ctx.clock()
     row = SshKeyModel(
         id="k-" + uuid.uuid4().hex[:12],
         user_id=user.id,
@@ -120,27 +137,52 @@ def add_key(ctx: ServiceContext, user: UserModel, text: str, name: str | None) -
         bits=parsed.bits,
         fingerprint=parsed.fingerprint,
         public_key=parsed.public_key,
-        created_at=ctx.clock(),
+        created_at=now,
+        verified_at=now,
     )
     try:
         with ctx.sessions.begin() as session:
-            _check_free(session, user, key_name, parsed.fingerprint)
+            existing = _claim(session, user, parsed.fingerprint, now)
+            if existing is not None:
+                return existing
+            _check_name_free(session, user, key_name)
             session.add(row)
     except IntegrityError as exc:  # a concurrent add of the same key or name
         raise Conflict(f"the key {parsed.fingerprint} or the name {key_name!r} is taken") from exc
     return row
 
 
-def _check_free(session: Session, user: UserModel, name: str, fingerprint: str) -> None:
-    query = select(SshKeyModel).where(SshKeyModel.fingerprint == fingerprint)
-    existing = session.scalars(query).first()
-    if existing is not None:
-        whose = "your account" if existing.user_id == user.id else "another account"
-        raise Conflict(
-            f"the key {fingerprint} is already registered to {whose}; "
-            "a key can belong to one user only",
-            field="public_key",
+def _claim(
+    session: Session, user: UserModel, fingerprint: str, now: datetime
+) -> SshKeyModel | None:
+    """The user's own unproven row, now proven; or None once the fingerprint is free."""
+    existing = session.scalars(
+        select(SshKeyModel).where(SshKeyModel.fingerprint == fingerprint)
+    ).first()
+    if existing is None:
+        return None
+    if existing.verified_at is None:
+        if existing.user_id == user.id:
+            existing.verified_at = now
+            return existing
+        log.warning(
+            "ssh key %s: unproven registration by user %s removed: user %s proved they hold it",
+            fingerprint,
+            existing.user_id,
+            user.id,
         )
+        session.delete(existing)
+        session.flush()
+        return None
+    whose = "your account" if existing.user_id == user.id else "another account"
+    raise Conflict(
+        f"the key {fingerprint} is already registered to {whose}; "
+        "a key can belong to one user only",
+        field="public_key",
+    )
+
+
+def _check_name_free(session: Session, user: UserModel, name: str) -> None:
     taken = session.scalars(
         select(SshKeyModel.id).where(SshKeyModel.user_id == user.id, SshKeyModel.name == name)
     ).first()

@@ -59,6 +59,7 @@ class Grant:
     fingerprint: str
     instance_id: str
     instance_name: str
+    key_verified: bool = True
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,13 @@ def authorize(ctx: ServiceContext, login: str, fingerprint: str) -> Grant:
         key, owner = ssh_keys.find_by_fingerprint(ctx, fingerprint)
     except NotFound as exc:
         raise AccessRefused(f"the key {fingerprint} is not registered to any user") from exc
+    if key.verified_at is None and ctx.settings.ssh_unverified_keys == "refuse":
+        raise AccessRefused(
+            f"the key {fingerprint} of {owner.name} was never proven to be theirs (it was "
+            "registered before keys needed a proof) and this server refuses unproven keys: "
+            "its owner proves it with `gpudock keys add PATH`",
+            user_id=owner.id,
+        )
     instance = _resolve(ctx, owner, login)
     if instance is None:
         raise AccessRefused(f"{owner.name} has no instance {login[:MAX_LOGIN]!r}", user_id=owner.id)
@@ -90,7 +98,6 @@ def authorize(ctx: ServiceContext, login: str, fingerprint: str) -> Grant:
             user_id=owner.id,
             instance_id=instance.id,
         )
-    ssh_keys.mark_used(ctx, key.id)
     return Grant(
         user_id=owner.id,
         user_name=owner.name,
@@ -98,6 +105,7 @@ def authorize(ctx: ServiceContext, login: str, fingerprint: str) -> Grant:
         fingerprint=fingerprint,
         instance_id=instance.id,
         instance_name=instance.name,
+        key_verified=key.verified_at is not None,
     )
 
 
@@ -195,6 +203,9 @@ def record_refusal(ctx: ServiceContext, attempt: Attempt, reason: str) -> None:
 
 
 def open_session(ctx: ServiceContext, grant: Grant, login: str, client_address: str) -> int:
+    """Audit an authenticated connection and mark its key used. Not at `authorize`:
+    that runs when a client merely offers a public key, which anyone can."""
+    ssh_keys.mark_used(ctx, grant.key_id)
     row = SshSessionModel(
         instance_id=grant.instance_id,
         user_id=grant.user_id,

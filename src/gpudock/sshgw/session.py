@@ -29,6 +29,14 @@ ACCEPTED_ENV = re.compile(r"LANG|LANGUAGE|LC_[A-Z]+|COLORTERM")  # sshd's usual 
 EXIT_GATEWAY_FAILURE = 255  # what ssh itself returns when the session cannot start
 
 
+def _unproven_notice(grant: ssh_sessions.Grant) -> str:
+    return (
+        f"gpudock: the key {grant.fingerprint} is registered to {grant.user_name} but was "
+        "never proven to be theirs; prove it with `gpudock keys add PATH` (its private key) "
+        "before the server stops accepting unproven keys.\r\n"
+    )
+
+
 class ExecSession(asyncssh.SSHServerSession[bytes]):
     def __init__(self, conn: GatewayConnection, channel: asyncssh.SSHServerChannel[bytes]) -> None:
         self._conn = conn
@@ -85,6 +93,11 @@ class ExecSession(asyncssh.SSHServerSession[bytes]):
     async def _start(self) -> None:
         assert self._argv is not None and self._conn.grant is not None
         gateway = self._conn.gateway
+        if self._term is not None and not self._conn.grant.key_verified:
+            # Only on terminals: a script's stderr stays the instance's own. The
+            # reader holds the private key (it just authenticated), so naming
+            # the account tells them nothing they may not know.
+            self._chan.write_stderr(_unproven_notice(self._conn.grant).encode())
         try:
             stream = await gateway.call(
                 ssh_sessions.open_stream,

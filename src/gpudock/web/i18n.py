@@ -213,6 +213,27 @@ ZH_CN: dict[str, str] = {
     "Remove this key? It can no longer open SSH sessions.": (
         "确定移除该密钥吗？移除后无法再用它登录 SSH。"
     ),
+    "Proof": "持有证明",
+    "proven": "已证明",
+    "unproven": "未证明",
+    "Keys marked unproven were registered before adding a key needed a proof. Prove each one: "
+    "add it again below, or run gpudock keys add with its private key. The server may stop "
+    "accepting unproven keys.": (
+        "标为“未证明”的密钥是在添加密钥需要持有证明之前登记的。请逐个证明：在下方重新添加，"
+        "或用其私钥运行 gpudock keys add。服务器可能会停止接受未证明的密钥。"
+    ),
+    "Adding a key takes proof that you hold its private key. The quickest way:": (
+        "添加密钥需要证明你持有其私钥。最快的方法："
+    ),
+    "In a terminal, sign this challenge with the key (use your key's path; the private key "
+    "never leaves your machine):": (
+        "在终端中用该密钥签署此挑战（换成你的密钥路径；私钥不会离开你的电脑）："
+    ),
+    "Valid until": "有效期至",
+    "Signature": "签名",
+    "Everything the command printed, from BEGIN to END SSH SIGNATURE": (
+        "命令输出的全部内容，从 BEGIN 到 END SSH SIGNATURE"
+    ),
     # billing
     "{n} days": "{n} 天",
     "Spending per day": "每日消费",

@@ -1,4 +1,6 @@
-"""SSH keys: the user's public keys, added by pasting one and removed with a button."""
+"""SSH keys: the user's public keys, added by pasting one with a proof that the user
+holds its private half (the page shows the one-line command that makes it), and
+removed with a button."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.errors import Conflict, InvalidRequest
-from gpudock.services import ssh_keys
+from gpudock.services import ssh_key_proof, ssh_keys
 from gpudock.services.accounts import WebSession
 from gpudock.services.context import ServiceContext
+from gpudock.services.ssh_key_proof import Challenge, KeyProof
 from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -21,15 +24,21 @@ def _page(
     viewer: WebSession,
     status_code: int = 200,
     *,
+    challenge: Challenge | None = None,
     error: InvalidRequest | Conflict | None = None,
     form: dict[str, str] | None = None,
 ) -> Response:
+    challenge = challenge or ssh_key_proof.issue_challenge(ctx, viewer.user)
+    keys = ssh_keys.list_keys(ctx, viewer.user)
     return render(
         request,
         "ssh_keys.html",
         viewer,
         status_code,
-        keys=ssh_keys.list_keys(ctx, viewer.user),
+        keys=keys,
+        unproven=[k for k in keys if k.verified_at is None],
+        challenge=challenge,
+        sign_command=challenge.sign_command(),
         error=error.message if error else None,
         error_field=(error.field or "form") if error else None,
         form=form or {},
@@ -47,13 +56,19 @@ def add_key(
     ctx: Context,
     viewer: CsrfViewer,
     public_key: Annotated[str, Form(max_length=ssh_keys.MAX_KEY_TEXT)],
+    challenge: Annotated[str, Form(max_length=256)] = "",
+    signature: Annotated[str, Form(max_length=ssh_key_proof.MAX_SIGNATURE_TEXT)] = "",
     name: Annotated[str, Form(max_length=128)] = "",
 ) -> Response:
+    proof = KeyProof(challenge, signature)
     try:
-        ssh_keys.add_key(ctx, viewer.user, public_key, name.strip() or None)
+        ssh_keys.add_key(ctx, viewer.user, public_key, name.strip() or None, proof)
     except (InvalidRequest, Conflict) as exc:
-        form = {"public_key": public_key, "name": name}
-        return _page(request, ctx, viewer, 422, error=exc, form=form)
+        # The signature pasted is over the challenge sent: keep both while it is
+        # valid, so fixing the name or the key does not mean signing again.
+        kept = ssh_key_proof.still_valid(ctx, viewer.user, challenge)
+        form = {"public_key": public_key, "name": name, "signature": signature if kept else ""}
+        return _page(request, ctx, viewer, 422, challenge=kept, error=exc, form=form)
     return redirect("/ssh-keys")
 
 

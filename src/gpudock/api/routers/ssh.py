@@ -9,12 +9,14 @@ from gpudock.api.errors import error_responses
 from gpudock.api.links import links
 from gpudock.api.schemas import (
     SshEndpointPublic,
+    SshKeyChallengePublic,
     SshKeyCreateRequest,
     SshKeyPublic,
     SshSessionPublic,
 )
 from gpudock.db.models import SshKeyModel, SshSessionModel
-from gpudock.services import ssh_endpoint, ssh_keys, ssh_sessions
+from gpudock.services import ssh_endpoint, ssh_key_proof, ssh_keys, ssh_sessions
+from gpudock.services.ssh_key_proof import KeyProof
 
 router = APIRouter(tags=["ssh"])
 NOT_FOUND = error_responses(404)
@@ -30,6 +32,8 @@ def _key(key: SshKeyModel) -> SshKeyPublic:
         public_key=key.public_key,
         created_at=key.created_at,
         last_used_at=key.last_used_at,
+        verified=key.verified_at is not None,
+        verified_at=key.verified_at,
     )
 
 
@@ -59,7 +63,31 @@ def _session(row: SshSessionModel) -> SshSessionPublic:
     },
 )
 def add_key(ctx: Context, user: CurrentUser, body: SshKeyCreateRequest) -> SshKeyPublic:
-    return _key(ssh_keys.add_key(ctx, user, body.public_key, body.name))
+    """Register a public key, with proof that you hold its private half: sign a
+    challenge from `POST /ssh-keys/challenge` with `ssh-keygen -Y sign -n
+    gpudock-key-proof` and send both (`gpudock keys add` does it all). A key of
+    yours registered before proofs were required is marked proven instead."""
+    proof = None
+    if body.challenge is not None or body.signature is not None:
+        proof = KeyProof(body.challenge or "", body.signature or "")
+    return _key(ssh_keys.add_key(ctx, user, body.public_key, body.name, proof))
+
+
+@router.post(
+    "/ssh-keys/challenge",
+    response_model=SshKeyChallengePublic,
+    status_code=201,
+)
+def challenge(ctx: Context, user: CurrentUser) -> SshKeyChallengePublic:
+    """A challenge to sign with the key you are about to add (valid 15 minutes, for
+    you only): `printf %s CHALLENGE | ssh-keygen -Y sign -n gpudock-key-proof -f KEY`."""
+    issued = ssh_key_proof.issue_challenge(ctx, user)
+    return SshKeyChallengePublic(
+        challenge=issued.text,
+        namespace=ssh_key_proof.NAMESPACE,
+        expires_at=issued.expires_at,
+        sign_command=issued.sign_command(),
+    )
 
 
 @router.get("/ssh-keys", response_model=list[SshKeyPublic])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -15,21 +17,40 @@ app = typer.Typer(
     help="Your SSH public keys (for `ssh` into your instances).", no_args_is_help=True
 )
 
-DEFAULT_KEYS = ("id_ed25519.pub", "id_ecdsa.pub", "id_rsa.pub")
+DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 
 
-def default_public_key() -> Path:
-    """The first of ~/.ssh/id_ed25519.pub, id_ecdsa.pub, id_rsa.pub that exists."""
+def default_key() -> Path:
+    """The first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa whose .pub exists."""
     ssh_dir = Path.home() / ".ssh"
     for name in DEFAULT_KEYS:
-        if (ssh_dir / name).is_file():
+        if (ssh_dir / f"{name}.pub").is_file():
             return ssh_dir / name
     raise CliError(
-        f"no public key given and none of {', '.join(DEFAULT_KEYS)} in {ssh_dir}",
+        f"no key given and none of {', '.join(n + '.pub' for n in DEFAULT_KEYS)} in {ssh_dir}",
         exit_code=EXIT_USAGE,
         hint="make one with `ssh-keygen -t ed25519`, then `gpudock keys add`",
     )
+
+
+def key_files(path: Path) -> tuple[Path, Path]:
+    """(the public key file, what ssh-keygen signs with) for PATH or PATH.pub.
+
+    With only the .pub on disk, ssh-keygen signs through ssh-agent, so the .pub
+    itself is what it is given.
+    """
+    if path.suffix == ".pub":
+        private = path.with_suffix("")
+        return path, private if private.is_file() else path
+    public = path.with_name(path.name + ".pub")
+    if not public.is_file():
+        raise CliError(
+            f"no public key {public} beside {path}",
+            exit_code=EXIT_USAGE,
+            hint=f"write it with `ssh-keygen -y -f {path} > {public}`, then run this again",
+        )
+    return public, path
 
 
 def read_public_key(path: Path) -> str:
@@ -42,9 +63,33 @@ def read_public_key(path: Path) -> str:
         raise CliError(
             f"{path} is a private key: it never leaves your machine",
             exit_code=EXIT_USAGE,
-            hint=f"pass the public half instead: gpudock keys add {path}.pub",
+            hint=f"name the key pair by its private key or its .pub: {path.with_suffix('')}",
         )
     return text.strip()
+
+
+def sign_challenge(challenge: str, namespace: str, signer: Path) -> str:
+    """`ssh-keygen -Y sign` over CHALLENGE: the private key stays with ssh-keygen
+    (which asks for its passphrase on the terminal, or uses ssh-agent)."""
+    with tempfile.TemporaryDirectory(prefix="gpudock-proof-") as directory:
+        message = Path(directory) / "challenge"
+        message.write_text(challenge, encoding="ascii")
+        argv = ["ssh-keygen", "-Y", "sign", "-n", namespace, "-f", str(signer), str(message)]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        except FileNotFoundError as exc:
+            raise CliError(
+                "ssh-keygen is not installed: it signs the proof that you hold the key",
+                hint="install OpenSSH's client (Debian: apt-get install openssh-client)",
+            ) from exc
+        signature = message.with_name("challenge.sig")
+        if done.returncode != 0 or not signature.is_file():
+            said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise CliError(
+                f"ssh-keygen could not sign with {signer}: {said}",
+                hint="a key held only by ssh-agent: pass its .pub (gpudock keys add PATH.pub)",
+            )
+        return signature.read_text(encoding="ascii")
 
 
 @app.command("add")
@@ -52,24 +97,35 @@ def add(
     path: Annotated[
         Path | None,
         typer.Argument(
-            metavar="[PATH.pub]", help="Default: ~/.ssh/id_ed25519.pub (or _ecdsa, _rsa)."
+            metavar="[PATH]",
+            help="The key pair, as for `ssh -i` (PATH and PATH.pub; PATH.pub alone when "
+            "ssh-agent holds the key). Default: ~/.ssh/id_ed25519 (or _ecdsa, _rsa).",
         ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="A name; default: the key's comment.")] = None,
     json_output: JsonFlag = False,
 ) -> None:
-    """Register an SSH public key (ed25519, ecdsa, or rsa of 2048 bits or more)."""
-    key_path = path or default_public_key()
-    body: dict[str, Any] = {"public_key": read_public_key(key_path)}
+    """Register an SSH key (ed25519, ecdsa, or rsa of 2048 bits or more).
+
+    Proves you hold it: ssh-keygen signs a challenge from the server with the
+    private key, which never leaves this machine. A key registered before
+    proofs were required is proven the same way.
+    """
+    public, signer = key_files(path or default_key())
+    body: dict[str, Any] = {"public_key": read_public_key(public)}
     if name:
         body["name"] = name
     with connect() as client:
+        issued = client.post("/ssh-keys/challenge")
+        body["challenge"] = issued["challenge"]
+        body["signature"] = sign_challenge(issued["challenge"], issued["namespace"], signer)
         key = client.post("/ssh-keys", body)
     if json_output:
         output.print_json(key)
         return
     output.print_message(
-        f"Added {key['name']} ({key['algorithm']}, {key['bits']} bits): {key['fingerprint']}"
+        f"Added {key['name']} ({key['algorithm']}, {key['bits']} bits, proven): "
+        f"{key['fingerprint']}"
     )
 
 
@@ -82,9 +138,9 @@ def list_keys(json_output: JsonFlag = False) -> None:
         output.print_json(keys)
         return
     if not keys:
-        output.print_message("No SSH keys; `gpudock keys add` registers ~/.ssh/id_ed25519.pub.")
+        output.print_message("No SSH keys; `gpudock keys add` registers ~/.ssh/id_ed25519.")
         return
-    grid = output.table("ID", "NAME", "TYPE", "FINGERPRINT", "ADDED", "LAST USED")
+    grid = output.table("ID", "NAME", "TYPE", "FINGERPRINT", "ADDED", "LAST USED", "PROVEN")
     output.add_rows(
         grid,
         (
@@ -95,11 +151,17 @@ def list_keys(json_output: JsonFlag = False) -> None:
                 k["fingerprint"],
                 output.when(k["created_at"]),
                 output.when(k["last_used_at"]),
+                "yes" if k["verified"] else "NO",
             )
             for k in keys
         ),
     )
     output.show(grid)
+    if not all(k["verified"] for k in keys):
+        output.print_message(
+            "Keys marked NO were registered before keys needed a proof; prove each with "
+            "`gpudock keys add PATH` (its private key) before the server stops accepting them."
+        )
 
 
 @app.command("remove")
