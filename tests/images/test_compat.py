@@ -124,3 +124,12 @@ def test_catalog_images_agree_with_the_data() -> None:
     assert (
         catalog["gpudock/base:bookworm"].verdict("450.80.02", "12.0").ok
     )  # no CUDA: runs anywhere
+
+
+def test_a_toolkit_outside_the_data_is_unknown_not_ok() -> None:
+    verdict = compat.check(cuda="13.9", driver="580.65.06", cc="9.0")
+    assert verdict.ok  # not refused: it might run
+    assert verdict.state == compat.UNKNOWN
+    assert "CUDA 13.9" in verdict.label and verdict.label.startswith("unknown: ")
+    assert compat.min_driver("13.9") is None
+    assert compat.check(cuda="12.4", driver="550.54.15", cc="8.0").state == compat.OK

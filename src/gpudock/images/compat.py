@@ -13,6 +13,11 @@ Policy: an image needs its CUDA toolkit's own minimum driver. CUDA's
 minor-version compatibility (e.g. any 12.x on a >= 525.60.13 driver) runs
 applications only with a limited feature set (no PTX JIT), so gpudock
 reports it but does not rely on it (`strict=False` accepts it as a warning).
+
+A verdict has three states. `refused`: the data says it cannot run. `unknown`:
+nothing was refused, but part of the question is outside the data (a CUDA
+toolkit gpudock has no row for), so it was not checked; callers do not refuse
+what might work, but they say so. `ok`: everything asked was checked.
 """
 
 from __future__ import annotations
@@ -66,11 +71,11 @@ def compute_capability(model: str) -> str | None:
 
 
 def min_driver(cuda: str) -> str | None:
-    """The toolkit's own minimum Linux driver; for an unlisted minor, the next listed one up."""
+    """The toolkit's own minimum Linux driver; None for a CUDA minor the data does not
+    list (a newer toolkit may need a newer driver than any row says)."""
     wanted = version(cuda)[:2]
-    rows = sorted(data()["cuda_toolkit_min_driver"], key=lambda r: version(r["cuda"]))
-    for row in rows:
-        if version(row["cuda"])[:2] >= wanted:
+    for row in data()["cuda_toolkit_min_driver"]:
+        if version(row["cuda"])[:2] == wanted:
             return str(row["min_driver"])
     return None
 
@@ -117,19 +122,39 @@ def runs_on(archs: list[str], cc: str) -> bool:
     return False
 
 
+OK, UNKNOWN, REFUSED = "ok", "unknown", "refused"
+
+
 @dataclass
 class Verdict:
-    ok: bool = True
+    ok: bool = True  # False only when refused: an unknown is not a refusal
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unknowns: list[str] = field(default_factory=list)  # what was not checked, and why
 
     def refuse(self, reason: str) -> None:
         self.ok = False
         self.problems.append(reason)
 
+    def not_checked(self, reason: str) -> None:
+        self.unknowns.append(reason)
+
+    @property
+    def state(self) -> str:
+        if not self.ok:
+            return REFUSED
+        return UNKNOWN if self.unknowns else OK
+
     @property
     def reason(self) -> str:
         return "; ".join(self.problems)
+
+    @property
+    def label(self) -> str:
+        """'ok', 'unknown: <what was not checked>', or why it cannot run."""
+        if self.state == UNKNOWN:
+            return f"{UNKNOWN}: " + "; ".join(self.unknowns)
+        return OK if self.ok else self.reason
 
 
 def check(
@@ -141,20 +166,32 @@ def check(
     strict: bool = True,
 ) -> Verdict:
     """Can software built for CUDA `cuda` (cubins for `archs`) run on a GPU of
-    compute capability `cc` with driver `driver`? Unknowns are not refused."""
+    compute capability `cc` with driver `driver`? A `None` argument is not asked
+    about; a toolkit outside the data makes the verdict `unknown`, not `ok`."""
     verdict = Verdict()
     if cuda is None:
         return verdict  # a CPU-only image runs anywhere
-    if driver is not None:
-        _check_driver(verdict, cuda, driver, strict)
-    if cc is not None:
-        _check_arch(verdict, cuda, cc, archs)
+    if min_driver(cuda) is None and cuda_arch_range(cuda) is None:
+        verdict.not_checked(
+            f"CUDA {cuda} is not in gpudock's compatibility data: "
+            "its driver and GPU needs were not checked"
+        )
+    else:
+        if driver is not None:
+            _check_driver(verdict, cuda, driver, strict)
+        if cc is not None:
+            _check_span(verdict, cuda, cc)
+    if cc is not None and archs and verdict.ok:
+        _check_archs(verdict, cc, archs)
     return verdict
 
 
 def _check_driver(verdict: Verdict, cuda: str, driver: str, strict: bool) -> None:
     needed = min_driver(cuda)
-    if needed is None or version(driver) >= version(needed):
+    if needed is None:
+        verdict.not_checked(f"CUDA {cuda}'s minimum driver is not in gpudock's data")
+        return
+    if version(driver) >= version(needed):
         return
     ceiling = max_cuda(driver)
     reason = (
@@ -174,15 +211,19 @@ def _check_driver(verdict: Verdict, cuda: str, driver: str, strict: bool) -> Non
     verdict.refuse(reason)
 
 
-def _check_arch(verdict: Verdict, cuda: str, cc: str, archs: list[str] | None) -> None:
+def _check_span(verdict: Verdict, cuda: str, cc: str) -> None:
     span = cuda_arch_range(cuda)
-    if span is not None and not version(span[0]) <= version(cc)[:2] <= version(span[1]):
+    if span is None:
+        verdict.not_checked(f"the GPU architectures CUDA {cuda} supports are not in gpudock's data")
+    elif not version(span[0]) <= version(cc)[:2] <= version(span[1]):
         verdict.refuse(
             f"CUDA {cuda} supports compute capability {span[0]}–{span[1]}; "
             f"this GPU is {cc} ({sm(cc)})"
         )
-        return
-    if archs and not runs_on(archs, cc):
+
+
+def _check_archs(verdict: Verdict, cc: str, archs: list[str]) -> None:
+    if not runs_on(archs, cc):
         verdict.refuse(
             f"GPU architecture {sm(cc)} is not in this build "
             f"({', '.join(sm(a) for a in archs)}): kernels fail with "
@@ -242,6 +283,6 @@ def recommend_torch(driver: str | None, cc: str | None) -> Wheel | None:
     fitting = [
         w
         for w in wheels()
-        if check(cuda=w.cuda, driver=driver, cc=cc, archs=list(w.archs) or None).ok
+        if check(cuda=w.cuda, driver=driver, cc=cc, archs=list(w.archs) or None).state == OK
     ]
     return max(fitting, key=lambda w: (version(w.torch), version(w.cuda or "0")), default=None)
