@@ -114,6 +114,7 @@ def test_every_data_row_names_a_known_source() -> None:
         *data["torch_arch_lists"].values(),
     ]
     assert rows and all(row["source"] in sources for row in rows)
+    assert all(also in sources for row in rows for also in row.get("also", []))
 
 
 def test_catalog_images_agree_with_the_data() -> None:
@@ -133,3 +134,33 @@ def test_a_toolkit_outside_the_data_is_unknown_not_ok() -> None:
     assert "CUDA 13.9" in verdict.label and verdict.label.startswith("unknown: ")
     assert compat.min_driver("13.9") is None
     assert compat.check(cuda="12.4", driver="550.54.15", cc="8.0").state == compat.OK
+
+
+def test_torch_2_9_cu130_x86_has_no_thor_kernels() -> None:
+    archs = list(compat.torch_archs("2.9.0", "cu130") or ())
+    assert "11.0" not in archs and "12.0" in archs
+    refused = compat.check(cuda="13.0", driver="580.65.06", cc="11.0", archs=archs)
+    assert not refused.ok and "sm_110 is not in this build" in refused.reason
+
+
+def test_cuda_12_9_knows_gb10_and_12_8_does_not() -> None:
+    assert compat.check(cuda="12.9", driver="575.51.03", cc="12.1").state == compat.OK
+    refused = compat.check(cuda="12.8", driver="575.51.03", cc="12.1")
+    assert not refused.ok and "5.0–12.0" in refused.reason
+
+
+def test_torch_2_1_2_cu118_on_a_k80_is_refused_for_its_driver_not_its_architecture() -> None:
+    archs = list(compat.torch_archs("2.1.2", "cu118") or ())
+    assert "3.7" in archs  # the wheels carry sm_37 kernels
+    refused = compat.check(cuda="11.8", driver="470.256.02", cc="3.7", archs=archs)
+    assert not refused.ok
+    assert "CUDA 11.8 needs NVIDIA driver >= 520.61.05" in refused.reason
+    assert "sm_37" not in refused.reason
+    assert compat.check(cuda="11.8", driver="520.61.05", cc="3.7", archs=archs).ok
+
+
+def test_minor_version_compatibility_for_12x_starts_at_r525() -> None:
+    # 525.60.11 is an R525 driver older than 12.0 GA's own minimum (525.60.13)
+    assert compat.minor_compat_driver("12.4") == "525"
+    verdict = compat.check(cuda="12.1", driver="525.60.11", cc="8.0", strict=False)
+    assert verdict.ok and verdict.warnings

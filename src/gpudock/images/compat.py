@@ -10,7 +10,7 @@ Two questions:
 - `recommend_torch(driver, cc)`: which torch wheel fits this machine?
 
 Policy: an image needs its CUDA toolkit's own minimum driver. CUDA's
-minor-version compatibility (e.g. any 12.x on a >= 525.60.13 driver) runs
+minor-version compatibility (e.g. any 12.x on an R525 or newer driver) runs
 applications only with a limited feature set (no PTX JIT), so gpudock
 reports it but does not rely on it (`strict=False` accepts it as a warning).
 
