@@ -85,10 +85,10 @@ def test_gpu_names_map_to_compute_capability(name: str, cc: str | None) -> None:
             "8.6",
             "pip install torch==2.7.1 --index-url https://download.pytorch.org/whl/cu118",
         ),
-        (
+        (  # 2.9's cu128 is built with 12.8 Update 1, which needs 570.124.06
             "570.26",
             "12.0",
-            "pip install torch==2.9.0 --index-url https://download.pytorch.org/whl/cu128",
+            "pip install torch==2.8.0 --index-url https://download.pytorch.org/whl/cu128",
         ),
     ],
 )
@@ -164,3 +164,51 @@ def test_minor_version_compatibility_for_12x_starts_at_r525() -> None:
     assert compat.minor_compat_driver("12.4") == "525"
     verdict = compat.check(cuda="12.1", driver="525.60.11", cc="8.0", strict=False)
     assert verdict.ok and verdict.warnings
+
+
+@pytest.mark.parametrize(
+    ("cuda", "driver"),
+    [
+        ("12.6", "560.28.03"),
+        ("12.6.0", "560.28.03"),
+        ("12.6.3", "560.35.05"),
+        ("12.8.1", "570.124.06"),
+        ("12.9.1", "575.57.08"),
+        ("13.0.1", "580.82.07"),
+        ("13.0.2", "580.95.05"),
+        ("13.1", "590.44.01"),
+        ("13.1.1", "590.48.01"),
+        ("13.2", "595.45.04"),
+        ("13.2.1", "595.58.03"),
+        ("13.2.2", "595.71.05"),
+    ],
+)
+def test_each_toolkit_release_has_its_own_minimum_driver(cuda: str, driver: str) -> None:
+    assert compat.min_driver(cuda) == driver
+
+
+def test_wheels_are_judged_by_the_update_they_are_built_with() -> None:
+    wheel = compat.find_wheel("2.9.0", "cu126")
+    assert wheel is not None and wheel.cuda == "12.6.3"
+    refused = compat.check(cuda=wheel.cuda, driver="560.28.03", cc="8.0", archs=list(wheel.archs))
+    assert not refused.ok and "CUDA 12.6.3 needs NVIDIA driver >= 560.35.05" in refused.reason
+
+
+def test_cuda_13_1_needs_an_r590_driver() -> None:
+    refused = compat.check(cuda="13.1", driver="580.95.05", cc="9.0")
+    assert not refused.ok and ">= 590.44.01" in refused.reason
+    assert compat.check(cuda="13.1", driver="580.95.05", cc="9.0", strict=False).warnings
+
+
+def test_an_update_newer_than_the_data_is_checked_against_the_last_one_and_flagged() -> None:
+    verdict = compat.check(cuda="12.8.7", driver="575.51.03", cc="9.0")
+    assert verdict.ok and verdict.state == compat.UNKNOWN
+    assert ">= 570.124.06" in verdict.label
+    assert not compat.check(cuda="12.8.7", driver="570.26", cc="9.0").ok
+
+
+def test_catalog_images_name_the_exact_toolkit_their_tag_names() -> None:
+    catalog = {s.reference: s for s in builtin_images("gpudock/base:bookworm")}
+    cuda = catalog["nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"]
+    assert cuda.cuda == "12.8.1" and cuda.min_driver == "570.124.06"
+    assert not cuda.verdict("570.26", "9.0").ok

@@ -31,6 +31,8 @@ from typing import Any
 _DATA: dict[str, Any] | None = None  # the bundled doctor sets this directly
 _FORM_FACTORS = {"SXM", "SXM2", "SXM4", "SXM5", "PCIE", "NVL", "HBM3", "HBM3E", "GEFORCE"}
 _MEMORY = re.compile(r"^\d+GB$")
+OK, UNKNOWN, REFUSED = "ok", "unknown", "refused"  # Verdict.state
+X86_64, AARCH64 = "x86_64", "aarch64"  # the machines torch publishes CUDA wheels for
 
 
 def data() -> dict[str, Any]:
@@ -70,14 +72,29 @@ def compute_capability(model: str) -> str | None:
     return None
 
 
-def min_driver(cuda: str) -> str | None:
-    """The toolkit's own minimum Linux driver; None for a CUDA minor the data does not
-    list (a newer toolkit may need a newer driver than any row says)."""
+def _release(cuda: str) -> tuple[int, ...]:
+    """'12.8' and '12.8.0' → (12, 8, 0): a toolkit named without its update is the GA."""
+    found = version(cuda)
+    return found[:2] + (found[2:] or (0,))
+
+
+def _minor_rows(cuda: str) -> list[dict[str, Any]]:
     wanted = version(cuda)[:2]
-    for row in data()["cuda_toolkit_min_driver"]:
-        if version(row["cuda"])[:2] == wanted:
-            return str(row["min_driver"])
-    return None
+    rows = [r for r in data()["cuda_toolkit_min_driver"] if version(r["cuda"])[:2] == wanted]
+    return sorted(rows, key=lambda r: _release(r["cuda"]))
+
+
+def min_driver(cuda: str) -> str | None:
+    """The toolkit's own minimum Linux driver: '12.8' (or '12.8.0') is the GA release,
+    '12.8.1' its Update 1. None for a CUDA minor the data does not list; an update newer
+    than the data knows gets the newest listed one's minimum, a floor (`check` says so)."""
+    rows = [r for r in _minor_rows(cuda) if _release(r["cuda"]) <= _release(cuda)]
+    return str(rows[-1]["min_driver"]) if rows else None
+
+
+def toolkit_listed(cuda: str) -> bool:
+    """Is this exact toolkit release (GA or update) a row of the data?"""
+    return any(_release(r["cuda"]) == _release(cuda) for r in _minor_rows(cuda))
 
 
 def minor_compat_driver(cuda: str) -> str | None:
@@ -120,9 +137,6 @@ def runs_on(archs: list[str], cc: str) -> bool:
         if a_major == major and a_minor <= minor:
             return True
     return False
-
-
-OK, UNKNOWN, REFUSED = "ok", "unknown", "refused"
 
 
 @dataclass
@@ -191,6 +205,11 @@ def _check_driver(verdict: Verdict, cuda: str, driver: str, strict: bool) -> Non
     if needed is None:
         verdict.not_checked(f"CUDA {cuda}'s minimum driver is not in gpudock's data")
         return
+    if not toolkit_listed(cuda):
+        verdict.not_checked(
+            f"CUDA {cuda} is newer than gpudock's data for CUDA {cc_text(version(cuda)[:2])}: "
+            f"the driver was checked only against the newest update it lists (>= {needed})"
+        )
     if version(driver) >= version(needed):
         return
     ceiling = max_cuda(driver)
@@ -235,8 +254,9 @@ def _check_archs(verdict: Verdict, cc: str, archs: list[str]) -> None:
 class Wheel:
     torch: str
     variant: str  # 'cu124', or 'cpu'
-    cuda: str | None
+    cuda: str | None  # the exact toolkit where the data knows it ('12.8.1'), else '12.8'
     archs: tuple[str, ...]
+    experimental: bool = False
 
     @property
     def index_url(self) -> str:
@@ -255,23 +275,33 @@ def variant_cuda(variant: str) -> str | None:
     return f"{digits[:-1]}.{digits[-1]}"
 
 
-def wheels() -> list[Wheel]:
-    """Every known torch wheel variant, oldest release first."""
+def wheels(machine: str = X86_64) -> list[Wheel]:
+    """Every known torch wheel variant for `machine`, oldest release first."""
     lists = data()["torch_arch_lists"]
     found = []
     for row in sorted(data()["torch"], key=lambda r: version(r["torch"])):
-        for variant, arch_key in row["variants"].items():
-            archs = tuple(lists[arch_key]["archs"])
-            found.append(Wheel(row["torch"], variant, variant_cuda(variant), archs))
+        for variant, build in row["variants"].items():
+            if machine not in build:
+                continue  # no wheel for this machine that the data knows of
+            cuda = build.get("cuda") or variant_cuda(variant)
+            archs = tuple(lists[build[machine]]["archs"])
+            experimental = build.get("status") == "experimental"
+            found.append(Wheel(row["torch"], variant, cuda, archs, experimental))
     return found
 
 
-def torch_archs(torch: str, variant: str) -> tuple[str, ...] | None:
-    key = version(torch)[:2]
-    for wheel in wheels():
-        if version(wheel.torch)[:2] == key and wheel.variant == variant:
-            return wheel.archs
-    return None
+def find_wheel(torch: str, variant: str, machine: str = X86_64) -> Wheel | None:
+    """The wheel of this exact torch release, else of the newest known patch of its minor."""
+    same = [w for w in wheels(machine) if w.variant == variant]
+    exact = [w for w in same if version(w.torch) == version(torch)]
+    minor = [w for w in same if version(w.torch)[:2] == version(torch)[:2]]
+    found = exact or minor
+    return found[-1] if found else None
+
+
+def torch_archs(torch: str, variant: str, machine: str = X86_64) -> tuple[str, ...] | None:
+    wheel = find_wheel(torch, variant, machine)
+    return wheel.archs if wheel else None
 
 
 def recommend_torch(driver: str | None, cc: str | None) -> Wheel | None:
@@ -285,4 +315,9 @@ def recommend_torch(driver: str | None, cc: str | None) -> Wheel | None:
         for w in wheels()
         if check(cuda=w.cuda, driver=driver, cc=cc, archs=list(w.archs) or None).state == OK
     ]
-    return max(fitting, key=lambda w: (version(w.torch), version(w.cuda or "0")), default=None)
+    # within a release, a stable variant before an experimental one
+    return max(
+        fitting,
+        key=lambda w: (version(w.torch), not w.experimental, version(w.cuda or "0")),
+        default=None,
+    )
