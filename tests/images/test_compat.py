@@ -75,10 +75,25 @@ def test_gpu_names_map_to_compute_capability(name: str, cc: str | None) -> None:
             "8.0",
             "pip install torch==2.7.1 --index-url https://download.pytorch.org/whl/cu118",
         ),
-        (
+        (  # 2.11 and later build cu130 with 13.0 Update 2, which needs 580.95.05
             "580.65.06",
             "12.0",
-            "pip install torch==2.9.0 --index-url https://download.pytorch.org/whl/cu130",
+            "pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128",
+        ),
+        (
+            "580.95.05",
+            "12.0",
+            "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cu130",
+        ),
+        (
+            "595.71.05",
+            "12.0",
+            "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cu132",
+        ),
+        (  # Volta: only the cu126 wheels still carry sm_70
+            "595.71.05",
+            "7.0",
+            "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cu126",
         ),
         (
             "525.60.13",
@@ -188,9 +203,9 @@ def test_each_toolkit_release_has_its_own_minimum_driver(cuda: str, driver: str)
 
 
 def test_wheels_are_judged_by_the_update_they_are_built_with() -> None:
-    wheel = compat.find_wheel("2.9.0", "cu126")
-    assert wheel is not None and wheel.cuda == "12.6.3"
-    refused = compat.check(cuda=wheel.cuda, driver="560.28.03", cc="8.0", archs=list(wheel.archs))
+    cu126 = wheel("2.9.0", "cu126")
+    assert cu126.cuda == "12.6.3"
+    refused = compat.check(cuda=cu126.cuda, driver="560.28.03", cc="8.0", archs=list(cu126.archs))
     assert not refused.ok and "CUDA 12.6.3 needs NVIDIA driver >= 560.35.05" in refused.reason
 
 
@@ -212,3 +227,38 @@ def test_catalog_images_name_the_exact_toolkit_their_tag_names() -> None:
     cuda = catalog["nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04"]
     assert cuda.cuda == "12.8.1" and cuda.min_driver == "570.124.06"
     assert not cuda.verdict("570.26", "9.0").ok
+
+
+def wheel(torch: str, variant: str) -> compat.Wheel:
+    found = compat.find_wheel(torch, variant)
+    assert found is not None, (torch, variant)
+    return found
+
+
+def test_cuda_wheels_per_release_after_2_9() -> None:
+    variants: dict[str, set[str]] = {}
+    for found in compat.wheels():
+        variants.setdefault(found.torch, set()).add(found.variant)
+    assert variants["2.10.0"] == {"cu126", "cu128", "cu130"}
+    assert variants["2.11.0"] == {"cu126", "cu128", "cu130"}
+    assert variants["2.12.0"] == variants["2.14.1"] == {"cu126", "cu130", "cu132"}
+    assert "7.0" in (compat.torch_archs("2.10.0", "cu128") or ())
+    assert "7.0" not in (compat.torch_archs("2.11.0", "cu128") or ())
+    assert wheel("2.11.0", "cu130").cuda == "13.0.2"
+    assert wheel("2.14.0", "cu132").cuda == "13.2.1"
+    assert wheel("2.14.1", "cu132").cuda == "13.2.2"
+    assert wheel("2.13.0", "cu132").experimental and not wheel("2.14.0", "cu132").experimental
+
+
+def test_aarch64_wheels_are_judged_by_their_own_arch_lists() -> None:
+    aarch64 = compat.AARCH64
+    assert compat.torch_archs("2.14.1", "cu126", aarch64) == ("8.0", "9.0")
+    assert "11.0" in (compat.torch_archs("2.9.0", "cu130", aarch64) or ())
+    assert compat.torch_archs("2.5.1", "cu124", aarch64) is None  # not in the data
+    grace = compat.recommend_torch("580.95.05", "9.0", aarch64)
+    assert grace is not None and (grace.torch, grace.variant) == ("2.14.1", "cu130")
+    thor = compat.recommend_torch("580.95.05", "11.0", aarch64)
+    assert thor is not None and thor.variant == "cu130"
+    assert compat.recommend_torch("580.95.05", "11.0") is None  # no x86 wheel has sm_110
+    assert compat.recommend_torch("595.71.05", "7.5", aarch64) is None  # a T4G: no sm_75
+    assert compat.machine_of("arm64") == aarch64 and compat.machine_of(None) == compat.X86_64

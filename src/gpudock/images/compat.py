@@ -304,15 +304,20 @@ def torch_archs(torch: str, variant: str, machine: str = X86_64) -> tuple[str, .
     return wheel.archs if wheel else None
 
 
-def recommend_torch(driver: str | None, cc: str | None) -> Wheel | None:
-    """The newest torch wheel whose CUDA this driver meets and whose build has
-    kernels for this GPU; the CPU build when there is no driver."""
+def machine_of(name: str | None) -> str:
+    """`platform.machine()` → the wheel platform: 'aarch64'/'arm64' → aarch64, else x86_64."""
+    return AARCH64 if (name or "").lower() in (AARCH64, "arm64") else X86_64
+
+
+def recommend_torch(driver: str | None, cc: str | None, machine: str = X86_64) -> Wheel | None:
+    """The newest torch wheel for `machine` whose CUDA this driver meets and whose
+    build has kernels for this GPU; the CPU build when there is no driver."""
     if driver is None:
-        newest = wheels()[-1].torch if wheels() else None
+        newest = max((r["torch"] for r in data()["torch"]), key=version, default=None)
         return Wheel(newest, "cpu", None, ()) if newest else None
     fitting = [
         w
-        for w in wheels()
+        for w in wheels(machine)
         if check(cuda=w.cuda, driver=driver, cc=cc, archs=list(w.archs) or None).state == OK
     ]
     # within a release, a stable variant before an experimental one
