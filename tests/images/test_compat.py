@@ -60,6 +60,18 @@ def test_cuda13_needs_a_580_driver_and_drops_volta() -> None:
         ("NVIDIA H100 80GB HBM3", "9.0"),
         ("Tesla V100-SXM2-32GB", "7.0"),
         ("B200-180GB", "10.0"),
+        ("NVIDIA B300 SXM6 AC", "10.3"),
+        ("NVIDIA GB300", "10.3"),
+        ("NVIDIA GB10", "12.1"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0"),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "12.0"),
+        ("NVIDIA RTX PRO 4500 Blackwell", "12.0"),
+        ("NVIDIA RTX 6000 Ada Generation", "8.9"),
+        ("NVIDIA A16", "8.6"),
+        ("NVIDIA A2", "8.6"),
+        ("Jetson AGX Orin", "8.7"),
+        ("Jetson T5000", "11.0"),
+        ("Tesla K80", "3.7"),
         ("Mystery-1GB", None),
     ],
 )
@@ -170,6 +182,8 @@ def test_torch_2_1_2_cu118_on_a_k80_is_refused_for_its_driver_not_its_architectu
     refused = compat.check(cuda="11.8", driver="470.256.02", cc="3.7", archs=archs)
     assert not refused.ok
     assert "CUDA 11.8 needs NVIDIA driver >= 520.61.05" in refused.reason
+    assert "Kepler GPUs get no driver after the R470 branch" in refused.reason
+    assert "CUDA 11.4.4 is the newest toolkit R470 runs" in refused.reason
     assert "sm_37" not in refused.reason
     assert compat.check(cuda="11.8", driver="520.61.05", cc="3.7", archs=archs).ok
 
@@ -262,3 +276,12 @@ def test_aarch64_wheels_are_judged_by_their_own_arch_lists() -> None:
     assert compat.recommend_torch("580.95.05", "11.0") is None  # no x86 wheel has sm_110
     assert compat.recommend_torch("595.71.05", "7.5", aarch64) is None  # a T4G: no sm_75
     assert compat.machine_of("arm64") == aarch64 and compat.machine_of(None) == compat.X86_64
+
+
+def test_architecture_spans_of_the_toolkits() -> None:
+    assert compat.cuda_arch_range("11.7") == ("3.5", "8.7")
+    assert compat.cuda_arch_range("13.2") == ("7.5", "12.1")
+    assert compat.cuda_arch_range("13.3") is None  # not in the data: not guessed
+    assert not compat.check(cuda="13.2", driver="595.45.04", cc="6.0").ok  # Pascal is gone
+    assert compat.check(cuda="13.2", driver="595.45.04", cc="10.3").state == compat.OK
+    assert compat.check(cuda="13.3", driver="600.1", cc="6.0").state == compat.UNKNOWN

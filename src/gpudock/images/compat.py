@@ -24,12 +24,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 _DATA: dict[str, Any] | None = None  # the bundled doctor sets this directly
-_FORM_FACTORS = {"SXM", "SXM2", "SXM4", "SXM5", "PCIE", "NVL", "HBM3", "HBM3E", "GEFORCE"}
+# name words that are not the chip: form factors, memory kinds, product-line words
+_FORM_FACTORS = {
+    *("SXM", "SXM2", "SXM4", "SXM5", "SXM6", "PCIE", "NVL", "AC", "HBM3", "HBM3E"),
+    *("GEFORCE", "GENERATION", "BLACKWELL", "WORKSTATION", "SERVER", "EDITION", "MAX", "Q"),
+}
 _MEMORY = re.compile(r"^\d+GB$")
 OK, UNKNOWN, REFUSED = "ok", "unknown", "refused"  # Verdict.state
 X86_64, AARCH64 = "x86_64", "aarch64"  # the machines torch publishes CUDA wheels for
@@ -58,9 +63,11 @@ def sm(cc: str) -> str:
 
 
 def chip_of(model: str) -> str:
-    """'A100-80GB', 'NVIDIA A100-SXM4-80GB', 'NVIDIA GeForce RTX 5090' → 'A100', 'RTX5090'."""
+    """'A100-80GB', 'NVIDIA A100-SXM4-80GB', 'NVIDIA GeForce RTX 5090' → 'A100', 'RTX5090';
+    'NVIDIA RTX PRO 6000 Blackwell Server Edition' → 'RTXPRO6000'."""
     name = model.upper().replace("NVIDIA", " ").replace("TESLA", " ")
-    tokens = [t for t in re.split(r"[\s\-_]+", name) if t]
+    tokens = [re.sub(r"[^A-Z0-9]", "", t) for t in re.split(r"[\s\-_]+", name)]
+    tokens = [t for t in tokens if t]
     return "".join(t for t in tokens if t not in _FORM_FACTORS and not _MEMORY.match(t))
 
 
@@ -107,13 +114,20 @@ def minor_compat_driver(cuda: str) -> str | None:
 
 def max_cuda(driver: str) -> str | None:
     """The newest CUDA toolkit whose own minimum driver this driver meets."""
-    best = None
-    for row in data()["cuda_toolkit_min_driver"]:
-        if version(driver) >= version(row["min_driver"]):
-            best = (
-                str(row["cuda"]) if best is None or version(row["cuda"]) > version(best) else best
-            )
-    return best
+    return _newest_toolkit(lambda needed: version(driver) >= version(needed))
+
+
+def _newest_toolkit(runs: Callable[[str], bool]) -> str | None:
+    fits = [str(r["cuda"]) for r in data()["cuda_toolkit_min_driver"] if runs(r["min_driver"])]
+    return max(fits, key=_release, default=None)
+
+
+def last_driver_branch(cc: str) -> tuple[str, int] | None:
+    """(architecture, branch) when no NVIDIA driver after that branch supports this GPU."""
+    for row in data()["driver_branch_ceilings"]:
+        if version(cc)[0] == row["cc_major"]:
+            return str(row["architecture"]), int(row["last_branch"])
+    return None
 
 
 def cuda_arch_range(cuda: str) -> tuple[str, str] | None:
@@ -192,7 +206,7 @@ def check(
         )
     else:
         if driver is not None:
-            _check_driver(verdict, cuda, driver, strict)
+            _check_driver(verdict, cuda, driver, cc, strict)
         if cc is not None:
             _check_span(verdict, cuda, cc)
     if cc is not None and archs and verdict.ok:
@@ -200,7 +214,7 @@ def check(
     return verdict
 
 
-def _check_driver(verdict: Verdict, cuda: str, driver: str, strict: bool) -> None:
+def _check_driver(verdict: Verdict, cuda: str, driver: str, cc: str | None, strict: bool) -> None:
     needed = min_driver(cuda)
     if needed is None:
         verdict.not_checked(f"CUDA {cuda}'s minimum driver is not in gpudock's data")
@@ -212,22 +226,28 @@ def _check_driver(verdict: Verdict, cuda: str, driver: str, strict: bool) -> Non
         )
     if version(driver) >= version(needed):
         return
-    ceiling = max_cuda(driver)
-    reason = (
+    notes = [
         f"CUDA {cuda} needs NVIDIA driver >= {needed}, this one is {driver} "
-        f"(it supports CUDA up to {ceiling or 'nothing gpudock knows'})"
-    )
+        f"(it supports CUDA up to {max_cuda(driver) or 'nothing gpudock knows'})"
+    ]
     minor = minor_compat_driver(cuda)
-    if minor is not None and version(driver) >= version(minor):
-        note = (
-            f"{reason}; CUDA minor-version compatibility (>= {minor}) runs it only "
+    compatible = minor is not None and version(driver) >= version(minor)
+    if compatible:
+        notes.append(
+            f"CUDA minor-version compatibility (>= {minor}) runs it only "
             "with a limited feature set (no PTX JIT)"
         )
-        if not strict:
-            verdict.warnings.append(note)
-            return
-        reason = note
-    verdict.refuse(reason)
+    ceiling = last_driver_branch(cc) if cc else None
+    if ceiling is not None and version(needed)[0] > ceiling[1]:
+        newest = _newest_toolkit(lambda need: version(need)[0] <= ceiling[1])
+        notes.append(
+            f"{ceiling[0]} GPUs get no driver after the R{ceiling[1]} branch, so no driver "
+            f"upgrade fixes this: CUDA {newest} is the newest toolkit R{ceiling[1]} runs"
+        )
+    if compatible and not strict:
+        verdict.warnings.append("; ".join(notes))
+    else:
+        verdict.refuse("; ".join(notes))
 
 
 def _check_span(verdict: Verdict, cuda: str, cc: str) -> None:
