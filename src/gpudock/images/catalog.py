@@ -43,6 +43,11 @@ class ImageSpec:
         result = compat.check(
             cuda=self.cuda, driver=driver, cc=cc, archs=list(self.compute_capabilities) or None
         )
+        if cc is None and self.cuda is not None:
+            result.not_checked(
+                "gpudock does not know this GPU model's compute capability: "
+                "the image's GPU architectures were not checked"
+            )
         if self.min_driver and driver and compat.version(driver) < compat.version(self.min_driver):
             result.refuse(f"{self.reference} needs driver >= {self.min_driver}, this is {driver}")
         return result
