@@ -276,6 +276,13 @@ def test_aarch64_wheels_are_judged_by_their_own_arch_lists() -> None:
     assert compat.recommend_torch("580.95.05", "11.0") is None  # no x86 wheel has sm_110
     assert compat.recommend_torch("595.71.05", "7.5", aarch64) is None  # a T4G: no sm_75
     assert compat.machine_of("arm64") == aarch64 and compat.machine_of(None) == compat.X86_64
+    assert compat.recommend_torch("595.71.05", "9.0", compat.machine_of("ppc64le")) is None
+
+
+def test_a_driver_refusal_still_names_a_missing_architecture() -> None:
+    refused = compat.check(cuda="12.4", driver="525.60.13", cc="8.0", archs=["9.0"])
+    assert "needs NVIDIA driver" in refused.reason
+    assert "sm_80 is not in this build" in refused.reason
 
 
 def test_architecture_spans_of_the_toolkits() -> None:

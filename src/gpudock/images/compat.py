@@ -7,7 +7,7 @@ The facts live in `compat_data.json`, each row with its source.
 Two questions:
 - `check(...)`: can software built for CUDA X (and, for torch, these GPU
   architectures) run on a GPU of compute capability Y with driver Z?
-- `recommend_torch(driver, cc)`: which torch wheel fits this machine?
+- `recommend_torch(driver, cc, machine)`: which torch wheel fits this machine?
 
 Policy: an image needs its CUDA toolkit's own minimum driver. CUDA's
 minor-version compatibility (e.g. any 12.x on an R525 or newer driver) runs
@@ -31,7 +31,7 @@ from typing import Any
 
 _DATA: dict[str, Any] | None = None  # the bundled doctor sets this directly
 # name words that are not the chip: form factors, memory kinds, product-line words
-_FORM_FACTORS = {
+_NOT_THE_CHIP = {
     *("SXM", "SXM2", "SXM4", "SXM5", "SXM6", "PCIE", "NVL", "AC", "HBM3", "HBM3E"),
     *("GEFORCE", "GENERATION", "BLACKWELL", "WORKSTATION", "SERVER", "EDITION", "MAX", "Q"),
 }
@@ -68,7 +68,7 @@ def chip_of(model: str) -> str:
     name = model.upper().replace("NVIDIA", " ").replace("TESLA", " ")
     tokens = [re.sub(r"[^A-Z0-9]", "", t) for t in re.split(r"[\s\-_]+", name)]
     tokens = [t for t in tokens if t]
-    return "".join(t for t in tokens if t not in _FORM_FACTORS and not _MEMORY.match(t))
+    return "".join(t for t in tokens if t not in _NOT_THE_CHIP and not _MEMORY.match(t))
 
 
 def compute_capability(model: str) -> str | None:
@@ -199,6 +199,7 @@ def check(
     verdict = Verdict()
     if cuda is None:
         return verdict  # a CPU-only image runs anywhere
+    in_span = True
     if min_driver(cuda) is None and cuda_arch_range(cuda) is None:
         verdict.not_checked(
             f"CUDA {cuda} is not in gpudock's compatibility data: "
@@ -208,8 +209,8 @@ def check(
         if driver is not None:
             _check_driver(verdict, cuda, driver, cc, strict)
         if cc is not None:
-            _check_span(verdict, cuda, cc)
-    if cc is not None and archs and verdict.ok:
+            in_span = _check_span(verdict, cuda, cc)
+    if cc is not None and archs and in_span:  # outside the span, the build is beside the point
         _check_archs(verdict, cc, archs)
     return verdict
 
@@ -250,7 +251,8 @@ def _check_driver(verdict: Verdict, cuda: str, driver: str, cc: str | None, stri
         verdict.refuse("; ".join(notes))
 
 
-def _check_span(verdict: Verdict, cuda: str, cc: str) -> None:
+def _check_span(verdict: Verdict, cuda: str, cc: str) -> bool:
+    """False when the toolkit cannot target this GPU at all."""
     span = cuda_arch_range(cuda)
     if span is None:
         verdict.not_checked(f"the GPU architectures CUDA {cuda} supports are not in gpudock's data")
@@ -259,6 +261,8 @@ def _check_span(verdict: Verdict, cuda: str, cc: str) -> None:
             f"CUDA {cuda} supports compute capability {span[0]}–{span[1]}; "
             f"this GPU is {cc} ({sm(cc)})"
         )
+        return False
+    return True
 
 
 def _check_archs(verdict: Verdict, cc: str, archs: list[str]) -> None:
@@ -325,8 +329,10 @@ def torch_archs(torch: str, variant: str, machine: str = X86_64) -> tuple[str, .
 
 
 def machine_of(name: str | None) -> str:
-    """`platform.machine()` → the wheel platform: 'aarch64'/'arm64' → aarch64, else x86_64."""
-    return AARCH64 if (name or "").lower() in (AARCH64, "arm64") else X86_64
+    """`platform.machine()` → the machine key of the wheel rows ('arm64' → 'aarch64',
+    'AMD64' → 'x86_64'); unrecorded → x86_64. Others (ppc64le) have no CUDA wheels."""
+    lowered = (name or X86_64).lower()
+    return {"arm64": AARCH64, "amd64": X86_64}.get(lowered, lowered)
 
 
 def recommend_torch(driver: str | None, cc: str | None, machine: str = X86_64) -> Wheel | None:
