@@ -57,6 +57,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "GPUDOCK_RUNTIME": "fake",
         "GPUDOCK_RECONCILE_INTERVAL_S": "2",
         "GPUDOCK_HEALTH_CHECK_INTERVAL_S": "10",
+        # The limiter has its own tests (test_rate_limits.py); at fuzzing speed
+        # its 429s would stand in for the answers under test (401 without a token).
+        "GPUDOCK_RATE_LIMITS_ENABLED": "false",
     }
     server = ServerProcess(tmp_path_factory.mktemp("fuzz"), FLEET, env=env)
     server.start()

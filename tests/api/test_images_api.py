@@ -126,6 +126,25 @@ def test_preflight_refuses_an_architecture_the_build_lacks(
 
 
 @SQLITE_ONLY
+def test_an_image_for_a_toolkit_outside_the_data_is_not_refused_but_flagged(
+    client: TestClient, alice: Tenant, runtime: FakeRuntime
+) -> None:
+    runtime.images.add("acme/next:1")
+    body = {"reference": "acme/next:1", "name": "next", "cuda": "13.9"}
+    assert client.post(f"{API}/images", json=body, headers=alice.headers).status_code == 201
+    found = {i["reference"]: i for i in client.get(f"{API}/images", headers=alice.headers).json()}
+    verdict = found["acme/next:1"]["runs_on"]["A100-80GB"]
+    assert verdict.startswith("unknown: ") and "CUDA 13.9" in verdict
+    create = {"gpu_model": "A100-80GB", "image": "acme/next:1"}
+    response = client.post(f"{API}/instances", json=create, headers=alice.headers)
+    assert response.status_code in (200, 201, 202), response.text
+    events = client.get(
+        f"{API}/instances/{response.json()['id']}/events", headers=alice.headers
+    ).json()
+    assert any("not checked" in e["message"] and "CUDA 13.9" in e["message"] for e in events)
+
+
+@SQLITE_ONLY
 def test_unknown_images_stay_refused(client: TestClient, alice: Tenant) -> None:
     body = {"gpu_model": "A100-80GB", "image": "nosuch/image:1"}
     response = client.post(f"{API}/instances", json=body, headers=alice.headers)

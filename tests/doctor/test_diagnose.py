@@ -149,3 +149,39 @@ def test_the_gpu_source_is_reported(source: str) -> None:
     found = diagnose(facts(gpu_source=source, nvml_missing=source != "nvml"))
     assert any(f.code == "gpus" for f in found)
     assert ("nvml_missing" in codes(found)) == (source == "nvidia-smi")
+
+
+def test_a_torch_built_for_a_toolkit_outside_the_data_is_reported_unknown() -> None:
+    future = replace(GOOD_TORCH, version="2.15.0+cu134", cuda="13.4", arch_list=["sm_80"])
+    found = diagnose(facts(driver="600.10", gpus=[A100], torch=future))
+    [finding] = [f for f in found if f.code == "cuda_unknown"]
+    assert finding.severity == "warning" and "not checked" in finding.message
+    assert "CUDA 13.4" in finding.message and finding.fix and "Table 3" in finding.fix
+    assert "driver_too_old" not in codes(found) and healthy(found)
+
+
+def test_an_nvcc_outside_the_data_is_reported_unknown() -> None:
+    found = diagnose(facts(driver="600.10", nvcc="13.4"))
+    assert any(f.code == "cuda_unknown" and "nvcc 13.4" in f.message for f in found)
+    assert "nvcc_too_new" not in codes(found)
+
+
+def test_the_installed_wheel_is_judged_by_the_update_it_was_built_with() -> None:
+    torch = replace(GOOD_TORCH, version="2.9.0+cu128", cuda="12.8", arch_list=["sm_80"])
+    [finding] = [f for f in errors(diagnose(facts(driver="570.26", torch=torch)))]
+    assert finding.code == "driver_too_old"
+    assert "CUDA 12.8.1 needs NVIDIA driver >= 570.124.06" in finding.message
+
+
+def test_a_grace_host_is_offered_an_aarch64_wheel() -> None:
+    gh200 = GpuFact(0, "NVIDIA GH200 480GB", "9.0", 97871)
+    found = diagnose(
+        facts(machine="aarch64", driver="580.95.05", gpus=[gh200], torch=TorchFact(False))
+    )
+    [finding] = [f for f in found if f.code == "torch_absent"]
+    assert finding.fix == (
+        "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cu130"
+    )
+    t4g = GpuFact(0, "NVIDIA T4G", "7.5", 15360)
+    none_fit = diagnose(facts(machine="aarch64", gpus=[t4g], torch=TorchFact(False)))
+    assert [f.fix for f in none_fit if f.code == "torch_absent"] == [None]

@@ -120,14 +120,21 @@ def ben_images(api: TestClient, ben: Tenant) -> set[str]:
         "FROM {short}\n",
         "FROM " + BASE + " AS a\nFROM " + BASE + "\nCOPY --from=docker.io/{ref} /secret.txt /x\n",
     ],
-    ids=["stage", "copy-from", "arg", "arg-braces", "registry-alias", "id", "short-id", "alias-from"],
+    ids=[
+        "stage",
+        "copy-from",
+        "arg",
+        "arg-braces",
+        "registry-alias",
+        "id",
+        "short-id",
+        "alias-from",
+    ],
 )
 def test_a_build_cannot_read_another_tenants_private_image(
     api: TestClient, ben: Tenant, secret: dict[str, str], dockerfile: str
 ) -> None:
-    text = dockerfile.format(
-        ref=secret["reference"], id=secret["id"], short=secret["id"][7:19]
-    )
+    text = dockerfile.format(ref=secret["reference"], id=secret["id"], short=secret["id"][7:19])
     answer = build(api, ben, "steal:v1", text)
     assert answer.status_code == 422, answer.text
     assert "unknown image" in answer.json()["error"]["message"]
@@ -184,7 +191,9 @@ def test_registering_an_alias_cannot_delete_another_tenants_image(
     api: TestClient, ben: Tenant, secret: dict[str, str], engine: docker.DockerClient
 ) -> None:
     alias = f"docker.io/{secret['reference']}"
-    answer = api.post(f"{API}/images", json={"reference": alias, "name": "mine"}, headers=ben.headers)
+    answer = api.post(
+        f"{API}/images", json={"reference": alias, "name": "mine"}, headers=ben.headers
+    )
     assert answer.status_code == 422, answer.text
     answer = api.post(
         f"{API}/images", json={"reference": secret["id"], "name": "mine"}, headers=ben.headers
@@ -226,7 +235,9 @@ def test_user_names_map_to_distinct_namespaces(real: Platform, api: TestClient) 
     underscore, dash = make_tenant(real, "stc_x"), make_tenant(real, "stc-x")
     refs = []
     for tenant in (underscore, dash):
-        found = events(build(api, tenant, "env:v1", f"FROM {BASE}\nRUN echo {tenant.name} > /who\n"))
+        found = events(
+            build(api, tenant, "env:v1", f"FROM {BASE}\nRUN echo {tenant.name} > /who\n")
+        )
         refs.append(found[-1]["image"]["reference"])
     assert refs == ["gpudock/stc_x/env:v1", "gpudock/stc-x/env:v1"]
     engine = docker_client()

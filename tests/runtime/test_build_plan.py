@@ -96,21 +96,27 @@ def test_configuration_follows_docker_semantics() -> None:
     built = plan(
         "FROM x\n"
         "ARG TOKEN=t\n"
-        "ENV A=1 B=\"two words\"\n"
+        'ENV A=1 B="two words"\n'
         "ENV C=$A-$HOME\n"
         "WORKDIR app\n"
         "WORKDIR sub\n"
         "COPY f ./\n"
         "USER nobody\n"
         "RUN echo $TOKEN\n"
-        "ENTRYPOINT [\"python\"]\n"
+        'ENTRYPOINT ["python"]\n'
         "EXPOSE 8888 6006/udp\n",
         Resolver(),
     )
     steps = built.stages[0].steps
     final = steps[-1].config
     env = dict(item.split("=", 1) for item in final["Env"])
-    assert env == {"PATH": "/usr/bin:/bin", "HOME": "/root", "A": "1", "B": "two words", "C": "1-/root"}
+    assert env == {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/root",
+        "A": "1",
+        "B": "two words",
+        "C": "1-/root",
+    }
     assert final["WorkingDir"] == "/app/sub"
     assert final["Entrypoint"] == ["python"] and final["Cmd"] is None
     assert set(final["ExposedPorts"]) == {"8888/tcp", "6006/udp"}

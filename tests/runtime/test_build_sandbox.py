@@ -49,9 +49,7 @@ def engine() -> docker.DockerClient:
 
 @pytest.fixture
 def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
-    platform = platform_factory(
-        runtime=DockerRuntime(), build_memory_gb=1, pids_limit=128
-    )
+    platform = platform_factory(runtime=DockerRuntime(), build_memory_gb=1, pids_limit=128)
     yield platform
     remove_cluster_objects(engine, platform.ctx.cluster_id)
     for image in engine.images.list():
@@ -95,7 +93,8 @@ def test_run_steps_get_the_instance_sandbox(api: TestClient, bea: Tenant) -> Non
     dockerfile = (
         f"FROM {BASE}\n"
         "RUN grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs):' /proc/self/status | sed 's/^/status /'\n"
-        "RUN echo pids $(cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max)\n"
+        "RUN echo pids $(cat /sys/fs/cgroup/pids/pids.max 2>/dev/null"
+        " || cat /sys/fs/cgroup/pids.max)\n"
         "RUN echo memory $(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null"
         " || cat /sys/fs/cgroup/memory.max)\n"
     )
@@ -148,10 +147,10 @@ def test_dockerfile_forms_build_what_docker_builds(
         "ARG GREETING=hello\n"
         f"FROM {BASE} AS builder\n"
         "ARG GREETING\n"
-        "RUN mkdir -p /out && echo \"$GREETING built\" > /out/result.txt\n"
+        'RUN mkdir -p /out && echo "$GREETING built" > /out/result.txt\n'
         f"FROM {BASE}\n"
         "ARG TOKEN=not-persisted\n"
-        "ENV APP_HOME=/srv/app MODE=\"two words\"\n"
+        'ENV APP_HOME=/srv/app MODE="two words"\n'
         "WORKDIR $APP_HOME\n"
         "COPY app.py ./\n"
         "COPY app.py conf/\n"

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from gpudock.db.models import SshKeyModel, UserModel
+from gpudock.images.catalog import ImageSpec
 from gpudock.services import images, ssh_keys, ssh_sessions, users
 from gpudock.services.context import utc_now
 from gpudock.services.platform import Platform
@@ -182,6 +183,17 @@ def test_create_form_hints_whether_the_image_runs_on_the_model(console: Platform
             assert "Images that can" in hint
     unknown = alice.client.get("/instances/new/image-hint?image=example/x:1&gpu_model=A100-80GB")
     assert 'data-compat="unknown"' in unknown.text
+
+
+def test_an_image_outside_the_compatibility_data_shows_as_not_checked(console: Platform) -> None:
+    alice = log_in(console, "alice")
+    spec = ImageSpec(reference="acme/next:1", name="next", cuda="13.9")
+    images.register(console.ctx, user_named(console, "alice"), spec)
+    row = alice.client.get("/images").text.split('data-image="acme/next:1"')[1].split("</tr>")[0]
+    assert '<span class="unchecked muted" title="unknown: CUDA 13.9' in html.unescape(row)
+    hint = alice.client.get("/instances/new/image-hint?image=acme/next:1&gpu_model=A100-80GB")
+    assert 'data-compat="unchecked"' in hint.text and "Not checked on A100-80GB" in hint.text
+    assert "CUDA 13.9" in html.unescape(hint.text)
 
 
 def test_instance_page_shows_its_ssh_audit_trail(console: Platform) -> None:

@@ -45,7 +45,9 @@ class ImagePublic(BaseModel):
     origin: str
     owner_id: str | None
     runs_on: dict[str, str] = Field(
-        default_factory=dict, description="GPU model → 'ok' or why the image cannot run there"
+        default_factory=dict,
+        description="GPU model → 'ok', 'unknown: …' (what could not be checked: gpudock's "
+        "compatibility data does not cover it; not refused) or why the image cannot run there",
     )
 
 

@@ -35,8 +35,29 @@ def primary_cc(facts: Facts) -> str | None:
 
 
 def fix_command(facts: Facts) -> str | None:
-    wheel = compat.recommend_torch(facts.driver, primary_cc(facts))
+    machine = compat.machine_of(facts.machine)
+    wheel = compat.recommend_torch(facts.driver, primary_cc(facts), machine)
     return wheel.command if wheel else None
+
+
+def torch_toolkit(facts: Facts) -> str | None:
+    """The exact CUDA toolkit of the installed torch wheel where the data knows that
+    release ('2.9.0+cu128' → '12.8.1'); else torch.version.cuda, which names only X.Y."""
+    release, _, variant = (facts.torch.version or "").partition("+")
+    wheel = compat.find_wheel(release, variant, compat.machine_of(facts.machine))
+    if wheel is not None and compat.version(wheel.torch) == compat.version(release):
+        return wheel.cuda
+    return facts.torch.cuda
+
+
+def _unchecked(what: str, verdict: compat.Verdict, fix: str | None) -> Finding:
+    return Finding(
+        WARNING,
+        "cuda_unknown",
+        f"{what}: not checked, as gpudock's compatibility data does not cover it "
+        f"({'; '.join(verdict.unknowns)})",
+        fix,
+    )
 
 
 def diagnose(facts: Facts) -> list[Finding]:
@@ -105,7 +126,10 @@ def _torch_build(facts: Facts) -> list[Finding]:
                 f"pip uninstall -y torch && {fix_command(facts)}",
             )
         ]
-    verdict = compat.check(cuda=torch.cuda, driver=facts.driver, cc=None)
+    verdict = compat.check(cuda=torch_toolkit(facts), driver=facts.driver, cc=None)
+    if verdict.state == compat.UNKNOWN:
+        fix = "compare the driver with Table 3 of NVIDIA's CUDA release notes"
+        return [_unchecked(f"torch {torch.version}'s CUDA {torch.cuda}", verdict, fix)]
     if not verdict.ok:
         return [
             Finding(
@@ -173,7 +197,11 @@ def _nvcc(facts: Facts) -> list[Finding]:
     if facts.nvcc is None:
         return []
     found = []
-    if facts.driver and not compat.check(cuda=facts.nvcc, driver=facts.driver, cc=None).ok:
+    verdict = compat.check(cuda=facts.nvcc, driver=facts.driver, cc=None)
+    if facts.driver and verdict.state == compat.UNKNOWN:
+        fix = f"a CUDA toolkit gpudock knows runs here: <= {compat.max_cuda(facts.driver)}"
+        found.append(_unchecked(f"nvcc {facts.nvcc}", verdict, fix))
+    elif facts.driver and not verdict.ok:
         found.append(
             Finding(
                 WARNING,

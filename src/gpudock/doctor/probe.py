@@ -56,6 +56,7 @@ class Facts:
     nvcc: str | None = None
     visible_devices: str | None = None  # NVIDIA_VISIBLE_DEVICES
     cuda_visible_devices: str | None = None
+    machine: str = ""  # platform.machine(): which torch wheels exist for this machine
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +70,7 @@ def collect(*, with_torch: bool = True) -> Facts:
         gpu_source="none",
         visible_devices=os.environ.get("NVIDIA_VISIBLE_DEVICES"),
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        machine=platform.machine(),
     )
     nvml_error = probe_nvml(facts)
     if facts.gpu_source == "none":

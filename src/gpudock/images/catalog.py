@@ -43,6 +43,11 @@ class ImageSpec:
         result = compat.check(
             cuda=self.cuda, driver=driver, cc=cc, archs=list(self.compute_capabilities) or None
         )
+        if cc is None and self.cuda is not None:
+            result.not_checked(
+                "gpudock does not know this GPU model's compute capability: "
+                "the image's GPU architectures were not checked"
+            )
         if self.min_driver and driver and compat.version(driver) < compat.version(self.min_driver):
             result.refuse(f"{self.reference} needs driver >= {self.min_driver}, this is {driver}")
         return result
@@ -50,7 +55,9 @@ class ImageSpec:
 
 def _torch(version: str, cuda: str, cudnn: str, python: str | None, os: str) -> ImageSpec:
     variant = "cu" + cuda.replace(".", "")
-    archs = compat.torch_archs(version, variant) or ()
+    wheel = compat.find_wheel(version, variant)
+    archs = wheel.archs if wheel else ()
+    toolkit = wheel.cuda if wheel and wheel.cuda else cuda  # the tag names only X.Y
     return ImageSpec(
         reference=f"pytorch/pytorch:{version}-cuda{cuda}-cudnn{cudnn}-runtime",
         name=f"PyTorch {version} / CUDA {cuda}",
@@ -59,14 +66,15 @@ def _torch(version: str, cuda: str, cudnn: str, python: str | None, os: str) -> 
         python=python,
         framework="pytorch",
         framework_version=version,
-        cuda=cuda,
+        cuda=toolkit,
         cudnn=cudnn,
-        min_driver=compat.min_driver(cuda),
+        min_driver=compat.min_driver(toolkit),
         compute_capabilities=archs,
     )
 
 
-def _cuda(tag: str, cuda: str, cudnn: str | None, os: str) -> ImageSpec:
+def _cuda(tag: str, cudnn: str | None, os: str) -> ImageSpec:
+    cuda = tag.split("-", 1)[0]  # '12.8.1-cudnn-runtime-ubuntu24.04': the exact toolkit
     return ImageSpec(
         reference=f"nvidia/cuda:{tag}",
         name=f"CUDA {cuda}" + (f" + cuDNN {cudnn}" if cudnn else ""),
@@ -94,10 +102,10 @@ def builtin_images(base_image: str) -> list[ImageSpec]:
         _torch("2.6.0", "12.6", "9", "3.11", "Ubuntu 22.04"),
         _torch("2.7.1", "12.8", "9", "3.11", "Ubuntu 22.04"),
         _torch("2.8.0", "12.8", "9", None, "Ubuntu 22.04"),
-        _cuda("11.8.0-cudnn8-runtime-ubuntu22.04", "11.8", "8", "Ubuntu 22.04"),
-        _cuda("12.4.1-cudnn-runtime-ubuntu22.04", "12.4", "9", "Ubuntu 22.04"),
-        _cuda("12.8.1-cudnn-runtime-ubuntu24.04", "12.8", "9", "Ubuntu 24.04"),
-        _cuda("13.0.0-runtime-ubuntu24.04", "13.0", None, "Ubuntu 24.04"),
+        _cuda("11.8.0-cudnn8-runtime-ubuntu22.04", "8", "Ubuntu 22.04"),
+        _cuda("12.4.1-cudnn-runtime-ubuntu22.04", "9", "Ubuntu 22.04"),
+        _cuda("12.8.1-cudnn-runtime-ubuntu24.04", "9", "Ubuntu 24.04"),
+        _cuda("13.0.0-runtime-ubuntu24.04", None, "Ubuntu 24.04"),
     ]
 
 

@@ -7,25 +7,37 @@ The facts live in `compat_data.json`, each row with its source.
 Two questions:
 - `check(...)`: can software built for CUDA X (and, for torch, these GPU
   architectures) run on a GPU of compute capability Y with driver Z?
-- `recommend_torch(driver, cc)`: which torch wheel fits this machine?
+- `recommend_torch(driver, cc, machine)`: which torch wheel fits this machine?
 
 Policy: an image needs its CUDA toolkit's own minimum driver. CUDA's
-minor-version compatibility (e.g. any 12.x on a >= 525.60.13 driver) runs
+minor-version compatibility (e.g. any 12.x on an R525 or newer driver) runs
 applications only with a limited feature set (no PTX JIT), so gpudock
 reports it but does not rely on it (`strict=False` accepts it as a warning).
+
+A verdict has three states. `refused`: the data says it cannot run. `unknown`:
+nothing was refused, but part of the question is outside the data (a CUDA
+toolkit gpudock has no row for), so it was not checked; callers do not refuse
+what might work, but they say so. `ok`: everything asked was checked.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 _DATA: dict[str, Any] | None = None  # the bundled doctor sets this directly
-_FORM_FACTORS = {"SXM", "SXM2", "SXM4", "SXM5", "PCIE", "NVL", "HBM3", "HBM3E", "GEFORCE"}
+# name words that are not the chip: form factors, memory kinds, product-line words
+_NOT_THE_CHIP = {
+    *("SXM", "SXM2", "SXM4", "SXM5", "SXM6", "PCIE", "NVL", "AC", "HBM3", "HBM3E"),
+    *("GEFORCE", "GENERATION", "BLACKWELL", "WORKSTATION", "SERVER", "EDITION", "MAX", "Q"),
+}
 _MEMORY = re.compile(r"^\d+GB$")
+OK, UNKNOWN, REFUSED = "ok", "unknown", "refused"  # Verdict.state
+X86_64, AARCH64 = "x86_64", "aarch64"  # the machines torch publishes CUDA wheels for
 
 
 def data() -> dict[str, Any]:
@@ -51,10 +63,12 @@ def sm(cc: str) -> str:
 
 
 def chip_of(model: str) -> str:
-    """'A100-80GB', 'NVIDIA A100-SXM4-80GB', 'NVIDIA GeForce RTX 5090' → 'A100', 'RTX5090'."""
+    """'A100-80GB', 'NVIDIA A100-SXM4-80GB', 'NVIDIA GeForce RTX 5090' → 'A100', 'RTX5090';
+    'NVIDIA RTX PRO 6000 Blackwell Server Edition' → 'RTXPRO6000'."""
     name = model.upper().replace("NVIDIA", " ").replace("TESLA", " ")
-    tokens = [t for t in re.split(r"[\s\-_]+", name) if t]
-    return "".join(t for t in tokens if t not in _FORM_FACTORS and not _MEMORY.match(t))
+    tokens = [re.sub(r"[^A-Z0-9]", "", t) for t in re.split(r"[\s\-_]+", name)]
+    tokens = [t for t in tokens if t]
+    return "".join(t for t in tokens if t not in _NOT_THE_CHIP and not _MEMORY.match(t))
 
 
 def compute_capability(model: str) -> str | None:
@@ -65,14 +79,29 @@ def compute_capability(model: str) -> str | None:
     return None
 
 
-def min_driver(cuda: str) -> str | None:
-    """The toolkit's own minimum Linux driver; for an unlisted minor, the next listed one up."""
+def _release(cuda: str) -> tuple[int, ...]:
+    """'12.8' and '12.8.0' → (12, 8, 0): a toolkit named without its update is the GA."""
+    found = version(cuda)
+    return found[:2] + (found[2:] or (0,))
+
+
+def _minor_rows(cuda: str) -> list[dict[str, Any]]:
     wanted = version(cuda)[:2]
-    rows = sorted(data()["cuda_toolkit_min_driver"], key=lambda r: version(r["cuda"]))
-    for row in rows:
-        if version(row["cuda"])[:2] >= wanted:
-            return str(row["min_driver"])
-    return None
+    rows = [r for r in data()["cuda_toolkit_min_driver"] if version(r["cuda"])[:2] == wanted]
+    return sorted(rows, key=lambda r: _release(r["cuda"]))
+
+
+def min_driver(cuda: str) -> str | None:
+    """The toolkit's own minimum Linux driver: '12.8' (or '12.8.0') is the GA release,
+    '12.8.1' its Update 1. None for a CUDA minor the data does not list; an update newer
+    than the data knows gets the newest listed one's minimum, a floor (`check` says so)."""
+    rows = [r for r in _minor_rows(cuda) if _release(r["cuda"]) <= _release(cuda)]
+    return str(rows[-1]["min_driver"]) if rows else None
+
+
+def toolkit_listed(cuda: str) -> bool:
+    """Is this exact toolkit release (GA or update) a row of the data?"""
+    return any(_release(r["cuda"]) == _release(cuda) for r in _minor_rows(cuda))
 
 
 def minor_compat_driver(cuda: str) -> str | None:
@@ -85,13 +114,20 @@ def minor_compat_driver(cuda: str) -> str | None:
 
 def max_cuda(driver: str) -> str | None:
     """The newest CUDA toolkit whose own minimum driver this driver meets."""
-    best = None
-    for row in data()["cuda_toolkit_min_driver"]:
-        if version(driver) >= version(row["min_driver"]):
-            best = (
-                str(row["cuda"]) if best is None or version(row["cuda"]) > version(best) else best
-            )
-    return best
+    return _newest_toolkit(lambda needed: version(driver) >= version(needed))
+
+
+def _newest_toolkit(runs: Callable[[str], bool]) -> str | None:
+    fits = [str(r["cuda"]) for r in data()["cuda_toolkit_min_driver"] if runs(r["min_driver"])]
+    return max(fits, key=_release, default=None)
+
+
+def last_driver_branch(cc: str) -> tuple[str, int] | None:
+    """(architecture, branch) when no NVIDIA driver after that branch supports this GPU."""
+    for row in data()["driver_branch_ceilings"]:
+        if version(cc)[0] == row["cc_major"]:
+            return str(row["architecture"]), int(row["last_branch"])
+    return None
 
 
 def cuda_arch_range(cuda: str) -> tuple[str, str] | None:
@@ -119,17 +155,34 @@ def runs_on(archs: list[str], cc: str) -> bool:
 
 @dataclass
 class Verdict:
-    ok: bool = True
+    ok: bool = True  # False only when refused: an unknown is not a refusal
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unknowns: list[str] = field(default_factory=list)  # what was not checked, and why
 
     def refuse(self, reason: str) -> None:
         self.ok = False
         self.problems.append(reason)
 
+    def not_checked(self, reason: str) -> None:
+        self.unknowns.append(reason)
+
+    @property
+    def state(self) -> str:
+        if not self.ok:
+            return REFUSED
+        return UNKNOWN if self.unknowns else OK
+
     @property
     def reason(self) -> str:
         return "; ".join(self.problems)
+
+    @property
+    def label(self) -> str:
+        """'ok', 'unknown: <what was not checked>', or why it cannot run."""
+        if self.state == UNKNOWN:
+            return f"{UNKNOWN}: " + "; ".join(self.unknowns)
+        return OK if self.ok else self.reason
 
 
 def check(
@@ -141,48 +194,79 @@ def check(
     strict: bool = True,
 ) -> Verdict:
     """Can software built for CUDA `cuda` (cubins for `archs`) run on a GPU of
-    compute capability `cc` with driver `driver`? Unknowns are not refused."""
+    compute capability `cc` with driver `driver`? A `None` argument is not asked
+    about; a toolkit outside the data makes the verdict `unknown`, not `ok`."""
     verdict = Verdict()
     if cuda is None:
         return verdict  # a CPU-only image runs anywhere
-    if driver is not None:
-        _check_driver(verdict, cuda, driver, strict)
-    if cc is not None:
-        _check_arch(verdict, cuda, cc, archs)
+    in_span = True
+    if min_driver(cuda) is None and cuda_arch_range(cuda) is None:
+        verdict.not_checked(
+            f"CUDA {cuda} is not in gpudock's compatibility data: "
+            "its driver and GPU needs were not checked"
+        )
+    else:
+        if driver is not None:
+            _check_driver(verdict, cuda, driver, cc, strict)
+        if cc is not None:
+            in_span = _check_span(verdict, cuda, cc)
+    if cc is not None and archs and in_span:  # outside the span, the build is beside the point
+        _check_archs(verdict, cc, archs)
     return verdict
 
 
-def _check_driver(verdict: Verdict, cuda: str, driver: str, strict: bool) -> None:
+def _check_driver(verdict: Verdict, cuda: str, driver: str, cc: str | None, strict: bool) -> None:
     needed = min_driver(cuda)
-    if needed is None or version(driver) >= version(needed):
+    if needed is None:
+        verdict.not_checked(f"CUDA {cuda}'s minimum driver is not in gpudock's data")
         return
-    ceiling = max_cuda(driver)
-    reason = (
+    if not toolkit_listed(cuda):
+        verdict.not_checked(
+            f"CUDA {cuda} is newer than gpudock's data for CUDA {cc_text(version(cuda)[:2])}: "
+            f"the driver was checked only against the newest update it lists (>= {needed})"
+        )
+    if version(driver) >= version(needed):
+        return
+    notes = [
         f"CUDA {cuda} needs NVIDIA driver >= {needed}, this one is {driver} "
-        f"(it supports CUDA up to {ceiling or 'nothing gpudock knows'})"
-    )
+        f"(it supports CUDA up to {max_cuda(driver) or 'nothing gpudock knows'})"
+    ]
     minor = minor_compat_driver(cuda)
-    if minor is not None and version(driver) >= version(minor):
-        note = (
-            f"{reason}; CUDA minor-version compatibility (>= {minor}) runs it only "
+    compatible = minor is not None and version(driver) >= version(minor)
+    if compatible:
+        notes.append(
+            f"CUDA minor-version compatibility (>= {minor}) runs it only "
             "with a limited feature set (no PTX JIT)"
         )
-        if not strict:
-            verdict.warnings.append(note)
-            return
-        reason = note
-    verdict.refuse(reason)
+    ceiling = last_driver_branch(cc) if cc else None
+    if ceiling is not None and version(needed)[0] > ceiling[1]:
+        newest = _newest_toolkit(lambda need: version(need)[0] <= ceiling[1])
+        notes.append(
+            f"{ceiling[0]} GPUs get no driver after the R{ceiling[1]} branch, so no driver "
+            f"upgrade fixes this: CUDA {newest} is the newest toolkit R{ceiling[1]} runs"
+        )
+    if compatible and not strict:
+        verdict.warnings.append("; ".join(notes))
+    else:
+        verdict.refuse("; ".join(notes))
 
 
-def _check_arch(verdict: Verdict, cuda: str, cc: str, archs: list[str] | None) -> None:
+def _check_span(verdict: Verdict, cuda: str, cc: str) -> bool:
+    """False when the toolkit cannot target this GPU at all."""
     span = cuda_arch_range(cuda)
-    if span is not None and not version(span[0]) <= version(cc)[:2] <= version(span[1]):
+    if span is None:
+        verdict.not_checked(f"the GPU architectures CUDA {cuda} supports are not in gpudock's data")
+    elif not version(span[0]) <= version(cc)[:2] <= version(span[1]):
         verdict.refuse(
             f"CUDA {cuda} supports compute capability {span[0]}–{span[1]}; "
             f"this GPU is {cc} ({sm(cc)})"
         )
-        return
-    if archs and not runs_on(archs, cc):
+        return False
+    return True
+
+
+def _check_archs(verdict: Verdict, cc: str, archs: list[str]) -> None:
+    if not runs_on(archs, cc):
         verdict.refuse(
             f"GPU architecture {sm(cc)} is not in this build "
             f"({', '.join(sm(a) for a in archs)}): kernels fail with "
@@ -194,8 +278,9 @@ def _check_arch(verdict: Verdict, cuda: str, cc: str, archs: list[str] | None) -
 class Wheel:
     torch: str
     variant: str  # 'cu124', or 'cpu'
-    cuda: str | None
+    cuda: str | None  # the exact toolkit where the data knows it ('12.8.1'), else '12.8'
     archs: tuple[str, ...]
+    experimental: bool = False
 
     @property
     def index_url(self) -> str:
@@ -214,34 +299,56 @@ def variant_cuda(variant: str) -> str | None:
     return f"{digits[:-1]}.{digits[-1]}"
 
 
-def wheels() -> list[Wheel]:
-    """Every known torch wheel variant, oldest release first."""
+def wheels(machine: str = X86_64) -> list[Wheel]:
+    """Every known torch wheel variant for `machine`, oldest release first."""
     lists = data()["torch_arch_lists"]
     found = []
     for row in sorted(data()["torch"], key=lambda r: version(r["torch"])):
-        for variant, arch_key in row["variants"].items():
-            archs = tuple(lists[arch_key]["archs"])
-            found.append(Wheel(row["torch"], variant, variant_cuda(variant), archs))
+        for variant, build in row["variants"].items():
+            if machine not in build:
+                continue  # no wheel for this machine that the data knows of
+            cuda = build.get("cuda") or variant_cuda(variant)
+            archs = tuple(lists[build[machine]]["archs"])
+            experimental = build.get("status") == "experimental"
+            found.append(Wheel(row["torch"], variant, cuda, archs, experimental))
     return found
 
 
-def torch_archs(torch: str, variant: str) -> tuple[str, ...] | None:
-    key = version(torch)[:2]
-    for wheel in wheels():
-        if version(wheel.torch)[:2] == key and wheel.variant == variant:
-            return wheel.archs
-    return None
+def find_wheel(torch: str, variant: str, machine: str = X86_64) -> Wheel | None:
+    """The wheel of this exact torch release, else of the newest known patch of its minor."""
+    same = [w for w in wheels(machine) if w.variant == variant]
+    exact = [w for w in same if version(w.torch) == version(torch)]
+    minor = [w for w in same if version(w.torch)[:2] == version(torch)[:2]]
+    found = exact or minor
+    return found[-1] if found else None
 
 
-def recommend_torch(driver: str | None, cc: str | None) -> Wheel | None:
-    """The newest torch wheel whose CUDA this driver meets and whose build has
-    kernels for this GPU; the CPU build when there is no driver."""
+def torch_archs(torch: str, variant: str, machine: str = X86_64) -> tuple[str, ...] | None:
+    wheel = find_wheel(torch, variant, machine)
+    return wheel.archs if wheel else None
+
+
+def machine_of(name: str | None) -> str:
+    """`platform.machine()` → the machine key of the wheel rows ('arm64' → 'aarch64',
+    'AMD64' → 'x86_64'); unrecorded → x86_64. Others (ppc64le) have no CUDA wheels."""
+    lowered = (name or X86_64).lower()
+    return {"arm64": AARCH64, "amd64": X86_64}.get(lowered, lowered)
+
+
+def recommend_torch(driver: str | None, cc: str | None, machine: str = X86_64) -> Wheel | None:
+    """The newest torch wheel for `machine` whose CUDA this driver meets and whose
+    build has kernels for this GPU; the CPU build when there is no driver."""
     if driver is None:
-        newest = wheels()[-1].torch if wheels() else None
+        newest = max((r["torch"] for r in data()["torch"]), key=version, default=None)
         return Wheel(newest, "cpu", None, ()) if newest else None
     fitting = [
         w
-        for w in wheels()
-        if check(cuda=w.cuda, driver=driver, cc=cc, archs=list(w.archs) or None).ok
+        for w in wheels(machine)
+        if check(cuda=w.cuda, driver=driver, cc=cc, archs=list(w.archs) or None).state == OK
     ]
-    return max(fitting, key=lambda w: (version(w.torch), version(w.cuda or "0")), default=None)
+    # within a release, a stable variant before an experimental one
+    return max(
+        fitting,
+        key=lambda w: (version(w.torch), not w.experimental, version(w.cuda or "0")),
+        default=None,
+    )

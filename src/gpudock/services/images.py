@@ -134,9 +134,10 @@ def targets(session: Session) -> list[Target]:
 
 
 def runs_on(spec: ImageSpec, target: Target) -> compat.Verdict:
-    """OK if at least one host of the model can run it; else the first reason."""
+    """OK if at least one host of the model can run it (a fully checked one first,
+    then one with parts not checked); else the first reason."""
     verdicts = [spec.verdict(driver, target.cc) for driver in sorted(set(target.drivers.values()))]
-    good = [v for v in verdicts if v.ok]
+    good = sorted((v for v in verdicts if v.ok), key=lambda v: v.state != compat.OK)
     return good[0] if good else (verdicts[0] if verdicts else compat.Verdict())
 
 
@@ -152,25 +153,33 @@ def runnable_hosts(ctx: ServiceContext, image: str, gpu_model: str | None) -> fr
     return frozenset(h for h, d in target.drivers.items() if spec.verdict(d, target.cc).ok)
 
 
-def preflight(ctx: ServiceContext, user: UserModel, image: str, gpu_model: str | None) -> None:
+def preflight(
+    ctx: ServiceContext, user: UserModel, image: str, gpu_model: str | None
+) -> str | None:
     """Refuse an image that cannot run on `gpu_model` here, naming why and
-    what would: compatible images for that model, or models for that image."""
+    what would: compatible images for that model, or models for that image.
+
+    An image whose fit could not be checked (a CUDA toolkit outside the
+    compatibility data) is not refused, since it may well run: the note saying
+    what was not checked is returned for the instance's timeline."""
     spec = find_image(ctx, user, image)
     if spec is None or gpu_model is None:
-        return
+        return None
     with ctx.sessions() as session:
         fleet = targets(session)
     target = next((t for t in fleet if t.model == gpu_model), None)
     if target is None:
-        return  # unknown model: sizing says so
+        return None  # unknown model: sizing says so
     verdict = runs_on(spec, target)
+    if verdict.state == compat.UNKNOWN:
+        return f"image {image!r} on {gpu_model} not checked: " + "; ".join(verdict.unknowns)
     if verdict.ok:
-        return
-    models = [t.model for t in fleet if runs_on(spec, t).ok]
+        return None
+    models = [t.model for t in fleet if runs_on(spec, t).state == compat.OK]
     images = [
         s.reference
         for s in list_images(ctx, user)
-        if s.reference != image and runs_on(s, target).ok and s.cuda is not None
+        if s.reference != image and runs_on(s, target).state == compat.OK and s.cuda is not None
     ]
     raise InvalidRequest(
         f"image {image!r} cannot run on {gpu_model} here: {verdict.reason}. "
@@ -182,7 +191,7 @@ def preflight(ctx: ServiceContext, user: UserModel, image: str, gpu_model: str |
     )
 
 
-def preflight_start(ctx: ServiceContext, user: UserModel, ref: str) -> None:
+def preflight_start(ctx: ServiceContext, user: UserModel, ref: str) -> str | None:
     """Pre-flight for start: the instance's current image on its GPU model."""
     with ctx.sessions() as session:
         row = session.scalars(
@@ -195,9 +204,10 @@ def preflight_start(ctx: ServiceContext, user: UserModel, ref: str) -> None:
             )
         ).first()
         found = (row.image, row.gpu_model) if row is not None else None
-    if found is not None:
-        image_access.resolve(ctx, user, found[0])  # still one the user may use
-        preflight(ctx, user, found[0], found[1])
+    if found is None:
+        return None
+    image_access.resolve(ctx, user, found[0])  # still one the user may use
+    return preflight(ctx, user, found[0], found[1])
 
 
 # -- registration -----------------------------------------------------------------------
@@ -370,15 +380,15 @@ def install_doctor(ctx: ServiceContext, container_id: str) -> None:
 def compatibility_table(
     ctx: ServiceContext, user: UserModel, specs: Sequence[ImageSpec]
 ) -> dict[str, dict[str, str]]:
-    """reference → {GPU model → 'ok' or the reason it cannot run}."""
+    """reference → {GPU model → 'ok', 'unknown: <what was not checked>', or the
+    reason it cannot run}."""
     with ctx.sessions() as session:
         fleet = targets(session)
     table: dict[str, dict[str, str]] = {}
     for spec in specs:
         table[spec.reference] = {}
         for target in fleet:
-            verdict = runs_on(spec, target)
-            table[spec.reference][target.model] = "ok" if verdict.ok else verdict.reason
+            table[spec.reference][target.model] = runs_on(spec, target).label
     return table
 
 

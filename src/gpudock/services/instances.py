@@ -121,7 +121,7 @@ def create_instance(
     _check_env(request.env)
     # May ask a registry: outside any transaction.
     image = image_access.resolve(ctx, user, request.image or ctx.settings.default_image).reference
-    images.preflight(ctx, user, image, request.gpu_model)
+    unchecked = images.preflight(ctx, user, image, request.gpu_model)  # driver/arch fit
     instance_id = "i-" + secrets.token_hex(5)
     name = request.name or instance_id
     if not _NAME.match(name):
@@ -156,6 +156,8 @@ def create_instance(
             )
             session.add(instance)
             switch_instance_status(session, instance, S.PENDING, "waiting for placement", now)
+            if unchecked:
+                record_instance_note(session, instance, unchecked, now)
     except IntegrityError as exc:
         raise Conflict(f"you already have an instance named {name!r}", field="name") from exc
     ctx.wake_reconciler()
@@ -285,9 +287,11 @@ def _request(
     verb: str,
     *,
     stay: bool | None = None,
+    note: str | None = None,
 ) -> InstanceModel:
     """Record the desired state; switch status now where no I/O is needed
-    and no reconciler holds the row, else leave it to the reconciler."""
+    and no reconciler holds the row, else leave it to the reconciler. A `note`
+    goes on the instance's timeline."""
     now = ctx.clock()
     with ctx.sessions.begin() as session:
         instance = _load(session, user, ref, lock=True)
@@ -307,6 +311,8 @@ def _request(
             )
         if not _is_leased(instance, now):
             _switch_for_request(session, instance, desired, verb, now)
+        if note:
+            record_instance_note(session, instance, note, now)
         instance.updated_at = now
     ctx.wake_reconciler()
     return instance
@@ -334,8 +340,8 @@ def start_instance(
 ) -> InstanceModel:
     """Start on the old GPUs if free, else anywhere with the data moved along;
     `stay` waits for a GPU on the instance's own host instead (issue 6)."""
-    images.preflight_start(ctx, user, ref)  # issue 7: the image still fits the fleet
-    return _request(ctx, user, ref, DesiredState.RUNNING, "start", stay=stay)
+    unchecked = images.preflight_start(ctx, user, ref)  # the image still fits the fleet
+    return _request(ctx, user, ref, DesiredState.RUNNING, "start", stay=stay, note=unchecked)
 
 
 def stop_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:

@@ -22,6 +22,7 @@ from gpudock.db.models import (
     InstanceStatus,
     UserModel,
 )
+from gpudock.images import compat
 from gpudock.runtime.base import ContainerStats
 from gpudock.services import images, instances, metering
 from gpudock.services.context import ServiceContext
@@ -105,8 +106,9 @@ class ImageHint:
     image: str
     gpu_model: str | None
     known: bool  # in the catalog (else the engine is asked at create time)
-    ok: bool
+    ok: bool  # not refused; `unchecked` says what, if anything, could not be checked
     reason: str
+    unchecked: str
     models: list[str]  # GPU models of this fleet that can run the image
     alternatives: list[str]  # catalog images with CUDA that run on `gpu_model`
 
@@ -121,6 +123,9 @@ def image_hint(
     table = images.compatibility_table(ctx, user, specs)
     row = table.get(image)
     verdict = row.get(gpu_model, "ok") if row is not None and gpu_model else "ok"
+    unknown = f"{compat.UNKNOWN}: "
+    unchecked = verdict.removeprefix(unknown) if verdict.startswith(unknown) else ""
+    refused = verdict != "ok" and not unchecked
     alternatives = [
         s.reference
         for s in specs
@@ -132,8 +137,9 @@ def image_hint(
         image=image,
         gpu_model=gpu_model,
         known=row is not None,
-        ok=verdict == "ok",
-        reason="" if verdict == "ok" else verdict,
+        ok=not refused,
+        reason=verdict if refused else "",
+        unchecked="" if refused else unchecked,
         models=[m for m, v in (row or {}).items() if v == "ok"],
         alternatives=alternatives[:limit],
     )

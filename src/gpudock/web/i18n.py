@@ -175,6 +175,7 @@ ZH_CN: dict[str, str] = {
     "Runs on {model}": "可在 {model} 上运行",
     "Runs without a GPU": "可在无卡模式下运行",
     "Cannot run on {model}": "无法在 {model} 上运行",
+    "Not checked on {model}": "未在 {model} 上检查",
     "Images that can": "可用的镜像",
     "GPU models that can run it": "可运行它的 GPU 型号",
     # instance detail: SSH audit, save as image
@@ -298,6 +299,9 @@ ZH_CN: dict[str, str] = {
     "whether the image's CUDA and architectures fit the drivers and GPUs of this fleet "
     "(hover ✗ for the reason).": (
         "镜像的 CUDA 与架构是否匹配本集群的驱动和 GPU（鼠标悬停 ✗ 查看原因）。"
+    ),
+    "?: not checked, as gpudock's compatibility data does not cover it (hover for what).": (
+        "?：gpudock 的兼容性数据未覆盖，未做检查（鼠标悬停查看未检查的内容）。"
     ),
     "To save an instance as an image, open the instance.": "要将实例保存为镜像，请打开该实例。",
     "Build an image": "构建镜像",

@@ -78,11 +78,11 @@ def list_images(
     grid = output.table("REFERENCE", "FRAMEWORK", "CUDA", "VISIBILITY", "SIZE", "RUNS ON")
     for image in found:
         runs = image["runs_on"]
-        ok = [m for m, verdict in runs.items() if verdict == "ok"]
-        not_ok = [m for m, verdict in runs.items() if verdict != "ok"]
+        # 'unknown: …' was not checked (the data does not cover it): shown as 'MODEL?'
+        ok = [m if v == "ok" else f"{m}?" for m, v in runs.items() if not _refused(v)]
         mark = ", ".join(ok) or "-"
-        if gpu and not_ok:
-            mark = f"no: {runs[gpu]}"
+        if gpu and gpu in runs and runs[gpu] != "ok":
+            mark = runs[gpu] if not _refused(runs[gpu]) else f"no: {runs[gpu]}"
         framework = " ".join(filter(None, [image["framework"], image["framework_version"]]))
         size = f"{image['size_bytes'] / 1e9:.1f} GB" if image["size_bytes"] else "-"
         output.add_rows(
@@ -99,6 +99,10 @@ def list_images(
             ],
         )
     output.show(grid)
+
+
+def _refused(verdict: str) -> bool:
+    return verdict != "ok" and not verdict.startswith("unknown: ")
 
 
 def context_tar(context: Path, dockerfile: Path) -> tuple[bytes, str]:
