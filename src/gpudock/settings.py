@@ -61,6 +61,11 @@ class Settings(BaseSettings):
         "disk size, loop-mounted on the Docker host (needs root there and a local engine); "
         "'off': volumes share the host's disk without a limit.",
     )
+    host_firewall: bool = Field(
+        default=True,
+        description="Drop new connections from tenant networks to the Docker host itself "
+        "(iptables on a local engine; a remote engine's host needs the rule by hand).",
+    )
     volume_dir: Path | None = Field(
         default=None,
         description="Where size-limited data volumes live on the Docker host "

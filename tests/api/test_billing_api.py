@@ -44,7 +44,7 @@ class World:
         return response.json()
 
 
-def _world(tmp_path: Path, database_url: str | None = None) -> Iterator[World]:
+def _world(tmp_path: Path, database_url: str | None = None, **overrides: Any) -> Iterator[World]:
     clock = FakeClock()
     settings = Settings(
         data_dir=tmp_path / "data",
@@ -52,6 +52,7 @@ def _world(tmp_path: Path, database_url: str | None = None) -> Iterator[World]:
         runtime="fake",
         image_pull="never",
         database_url=database_url,
+        **overrides,
     )
     platform = open_platform(settings, runtime=FakeRuntime(clock=clock), clock=clock)
     assert platform.admin_token_path is not None
@@ -329,3 +330,83 @@ def test_budget_is_set_shown_and_cleared(world: World) -> None:
         world.admin, "put", "/billing/budget", params={"user": "alice"}, json={"monthly": None}
     )
     assert by_admin["monthly_budget"] is None and by_admin["user_name"] == "alice"
+
+
+def _priced(world: World, amount: str, balance: str) -> None:
+    body = {"gpu_model": "A100-80GB", "amount": amount}
+    world.call(world.admin, "put", "/admin/prices", json=body)
+    world.call(world.admin, "post", "/admin/topups", json={"user": "alice", "amount": balance})
+
+
+def _create(world: World, name: str) -> Any:
+    body = {"gpu_model": "A100-80GB", "gpu_count": 1, "name": name}
+    return world.client.post(API + "/instances", json=body, headers=world.alice.headers)
+
+
+def test_the_funds_check_counts_what_runs_and_what_waits(world: World) -> None:
+    """5 CNY pays one hour of one 3.6/h instance, not of three."""
+    _priced(world, "3.6", "5")
+    assert _create(world, "one").status_code == 201
+    second = _create(world, "two")  # the first still waits for placement
+    assert second.status_code == 402, second.text
+    message = second.json()["error"]["message"]
+    assert "beside what you run or have waiting (3.6 CNY/h)" in message
+    assert "7.2 CNY is needed" in message
+    world.platform.reconciler.drain()  # the first now runs: it still counts
+    assert _create(world, "three").status_code == 402
+
+
+@pytest.mark.postgres
+def test_parallel_creates_cannot_outrun_the_balance_on_postgres(pg_world: World) -> None:
+    _priced(pg_world, "3.6", "5")
+    codes: list[int] = []
+    threads = [
+        threading.Thread(target=lambda n=n: codes.append(_create(pg_world, f"p{n}").status_code))
+        for n in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(codes) == [201, 402, 402]
+
+
+@pytest.fixture
+def short_minimum(tmp_path: Path) -> Iterator[World]:
+    yield from _world(tmp_path, billing_min_balance_seconds=10)
+
+
+def test_one_rule_for_starting_and_stopping(short_minimum: World) -> None:
+    """With a 10 s minimum but 60 s charging periods, a create the stop rule
+    would stop at once is refused with the amount that is needed."""
+    world = short_minimum
+    _priced(world, "3600", "30")  # 1 CNY a second
+    refused = _create(world, "short")
+    assert refused.status_code == 402, refused.text
+    assert "does not cover 60 s" in refused.json()["error"]["message"]
+    assert "60 CNY is needed" in refused.json()["error"]["message"]
+    world.call(world.admin, "post", "/admin/topups", json={"user": "alice", "amount": "30"})
+    assert _create(world, "enough").status_code == 201
+    world.platform.reconciler.drain()
+    charging.charge_pass(world.platform.ctx)
+    shown = world.call(world.alice, "get", "/instances/enough")
+    assert shown["status"] == "running", shown
+
+
+def test_what_the_schema_allows_is_accepted(world: World) -> None:
+    """An empty range is a range; a zero budget is a budget (no paid use this month)."""
+    for path in ("/billing/ledger", "/billing/usage"):
+        empty = world.call(
+            world.alice, "get", path, params={"from": "2026-01-01T00:00:00Z", "to": "2026-01-01"}
+        )
+        assert empty.get("lines", empty.get("instances", [])) == [], empty
+    budget = world.call(world.alice, "put", "/billing/budget", json={"monthly": "0"})
+    assert budget["monthly_budget"] == "0"
+    _priced(world, "3.6", "100")
+    refused = _create(world, "blocked")
+    assert refused.status_code == 402 and "budget" in refused.json()["error"]["message"]
+    for bad in ("-0", "1.0000001", "1000000000.5"):
+        answer = world.client.put(
+            API + "/billing/budget", json={"monthly": bad}, headers=world.alice.headers
+        )
+        assert answer.status_code == 422, (bad, answer.text)

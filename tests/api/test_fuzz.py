@@ -14,8 +14,10 @@ command line does in CI, with every check it has:
 - use_after_free, ensure_resource_availability   (stateful: create → read → delete)
 - unsupported_method, allow_header_conformance, missing_required_header
 
-Exceptions, each with the reason the check cannot apply, are in
-`schemathesis.toml` beside this file; a finding is fixed in the server instead.
+Every check is on (schemathesis' default; `--checks all` on the command line
+would also override the per-operation exceptions). The exceptions, each with
+the reason the check cannot apply there, are in `schemathesis.toml` beside
+this file; a finding is fixed in the server instead.
 
 Two identities: an admin (every phase: examples, coverage, fuzzing, stateful)
 and a plain user. The user's run skips the coverage phase: it enumerates the

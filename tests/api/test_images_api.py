@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
+from gpudock.db.models import ImageModel
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.services.platform import Platform
 from tests.conftest import PlatformFactory
@@ -248,3 +249,51 @@ def test_validation_publishes_passing_candidates_and_holds_back_the_broken(
         )
     )[-1]["report"]
     assert not strict["passed"] and strict["published"] == []
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("path", ["/instances", "/images"])
+def test_an_overlong_image_reference_is_a_422_naming_the_limit(
+    client: TestClient, alice: Tenant, path: str
+) -> None:
+    reference = "a" * 256
+    body = {"gpu_count": 0, "image": reference} if path == "/instances" else {}
+    if path == "/images":
+        body = {"reference": reference, "name": "long"}
+    answer = client.post(API + path, json=body, headers=alice.headers)
+    assert answer.status_code == 422, answer.text
+    assert "at most 255 characters" in answer.json()["error"]["message"]
+
+
+@SQLITE_ONLY
+def test_unparseable_architectures_are_refused_at_the_edge(
+    client: TestClient, alice: Tenant
+) -> None:
+    body = {"reference": CU124, "name": "bad", "compute_capabilities": ["8.0", "eight"]}
+    answer = client.post(API + "/images", json=body, headers=alice.headers)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"]["field"].startswith("compute_capabilities")
+
+
+def test_a_stored_bad_row_does_not_break_the_image_list(
+    client: TestClient, platform: Platform, runtime: FakeRuntime, alice: Tenant
+) -> None:
+    """Rows written before validation existed are shown, 'not checked', not a 500."""
+    runtime.images.add("acme/train:1")
+    body = {"reference": "acme/train:1", "name": "fine", "cuda": "12.4"}
+    made = client.post(API + "/images", json=body, headers=alice.headers)
+    assert made.status_code == 201, made.text
+    with platform.ctx.sessions.begin() as session:
+        row = session.get(ImageModel, made.json()["id"])
+        assert row is not None
+        row.compute_capabilities = '["eight"]'
+    listed = client.get(API + "/images", headers=alice.headers)
+    assert listed.status_code == 200, listed.text
+    entry = next(i for i in listed.json() if i["id"] == made.json()["id"])
+    assert all(v.startswith("unknown:") and "do not parse" in v for v in entry["runs_on"].values())
+    answer = client.post(
+        API + "/instances",
+        json={"gpu_model": "A100-80GB", "image": "acme/train:1"},
+        headers=alice.headers,
+    )
+    assert answer.status_code == 201, answer.text

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudock.billing.money import MAX_MICROS, format_amount, parse_amount
+from gpudock.billing.money import (
+    AMOUNT_OR_ZERO_PATTERN,
+    AMOUNT_PATTERN,
+    MAX_MICROS,
+    format_amount,
+    parse_amount,
+)
 from gpudock.errors import InvalidRequest
 
 
@@ -72,3 +80,17 @@ def test_format_is_the_shortest_exact_decimal(micros: int, text: str) -> None:
 @given(st.integers(min_value=1, max_value=MAX_MICROS))
 def test_format_then_parse_round_trips(micros: int) -> None:
     assert parse_amount(format_amount(micros)) == micros
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet="0123456789.+- \t", min_size=1, max_size=14), st.booleans())
+def test_the_schema_pattern_says_exactly_what_parse_amount_accepts(
+    text: str, allow_zero: bool
+) -> None:
+    pattern = AMOUNT_OR_ZERO_PATTERN if allow_zero else AMOUNT_PATTERN
+    try:
+        parse_amount(text, allow_zero=allow_zero)
+        accepted = True
+    except InvalidRequest:
+        accepted = False
+    assert bool(re.match(pattern, text)) == accepted, text

@@ -8,6 +8,7 @@ hostile tenant could and could not do. `docs/security.md` cites these tests.
 from __future__ import annotations
 
 import json
+import socket
 import os
 import time
 from collections.abc import Iterator
@@ -318,6 +319,32 @@ def test_another_tenants_container_is_unreachable_over_the_network(
         )
     }
     assert len(tenant_networks) == 2 and len(set(tenant_networks.values())) == 2
+
+
+def _gateway(container: Any) -> str:
+    container.reload()
+    [network] = container.attrs["NetworkSettings"]["Networks"].values()
+    return str(network["Gateway"])
+
+
+def test_the_host_is_unreachable_from_a_tenant_network(
+    real: Platform, api: TestClient, engine: docker.DockerClient, carol: Tenant
+) -> None:
+    """A service of the host listening on all interfaces (here: this test's own)
+    cannot be reached from an instance, at the bridge's gateway address; the
+    host can still open connections into the instance."""
+    listener = socket.create_server(("0.0.0.0", 0))  # noqa: S104 - the point of the test
+    port = listener.getsockname()[1]
+    try:
+        container = launch(real, api, engine, carol)
+        probe = CONNECT.replace("8000", str(port)).format(_gateway(container))
+        reply = sh(container, probe)[1]
+        assert reply.startswith("closed"), reply
+        _listen(container)
+        with socket.create_connection((_address(container), 8000), timeout=5):
+            pass  # host → instance: the reply packets are let back in
+    finally:
+        listener.close()
 
 
 FORK_BOMB = r"""

@@ -8,7 +8,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from gpudock.billing.money import DECIMAL_PATTERN, MAX_AMOUNT_TEXT, MAX_UNITS
+from gpudock.billing.money import (
+    AMOUNT_OR_ZERO_PATTERN,
+    AMOUNT_PATTERN,
+    MAX_AMOUNT_TEXT,
+    MAX_UNITS,
+)
 
 
 def _no_floats(value: Any) -> Any:
@@ -21,11 +26,11 @@ def _no_floats(value: Any) -> Any:
 
 
 def _amount_schema(minimum: int) -> dict[str, Any]:
-    """What `billing.money.parse_amount` takes, as far as JSON Schema can say it
-    (it also counts decimals, at most 6, and refuses zero where `minimum` is 1)."""
+    """Exactly what `billing.money.parse_amount` takes (zero only where `minimum` is 0)."""
+    pattern = AMOUNT_PATTERN if minimum else AMOUNT_OR_ZERO_PATTERN
     return {
         "anyOf": [
-            {"type": "string", "pattern": DECIMAL_PATTERN, "maxLength": MAX_AMOUNT_TEXT},
+            {"type": "string", "pattern": pattern, "maxLength": MAX_AMOUNT_TEXT},
             {"type": "integer", "minimum": minimum, "maximum": MAX_UNITS},
         ],
         "description": 'Currency units as a decimal string, e.g. "3.6"',
@@ -86,7 +91,9 @@ class TopupPublic(BaseModel):
 
 class BudgetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-    monthly: Amount | None = Field(description="Monthly budget; null removes it")
+    monthly: AmountOrZero | None = Field(
+        description='Monthly budget; "0" allows no paid use this month; null removes it'
+    )
 
 
 class BalancePublic(BaseModel):

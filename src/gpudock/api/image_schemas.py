@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+ComputeCapability = Annotated[
+    str, Field(pattern=r"^[0-9]{1,2}\.[0-9][af]?(\+PTX)?$", examples=["8.6", "12.0+PTX"])
+]
 
 
 class ImageCreateRequest(BaseModel):
@@ -23,7 +27,12 @@ class ImageCreateRequest(BaseModel):
     cuda: str | None = Field(default=None, pattern=r"^\d+\.\d+$")
     cudnn: str | None = Field(default=None, max_length=16)
     min_driver: str | None = Field(default=None, pattern=r"^\d+(\.\d+){0,2}$")
-    compute_capabilities: list[str] = Field(default_factory=list, max_length=32)
+    compute_capabilities: list[ComputeCapability] = Field(
+        default_factory=list,
+        max_length=32,
+        description="GPU architectures the image's code is built for, e.g. ['8.0', '9.0']; "
+        "'+PTX' marks one shipped as PTX too; [] means no constraint",
+    )
     public: bool = Field(default=False, description="Admins only.")
 
 

@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+# Environment variables a request may set: the service refuses the reserved
+# ones with an explanation, so pydantic checks only the shape of the body.
+ENV_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "maxProperties": 128,
+    "propertyNames": {
+        "pattern": r"^(?!LD_PRELOAD$|LD_AUDIT$|NVIDIA_|GPUDOCK_)[A-Za-z_][A-Za-z0-9_]{0,127}$"
+    },
+    "additionalProperties": {"type": "string"},
+    "description": "Set in the instance; LD_PRELOAD, LD_AUDIT, NVIDIA_* and GPUDOCK_* are "
+    "reserved (gpudock sets them)",
+}
 
 
 class ErrorBody(BaseModel):
@@ -98,7 +112,9 @@ class InstanceCreateRequest(BaseModel):
     cpu: float | None = Field(default=None, gt=0, le=1024, allow_inf_nan=False)
     memory_gb: int | None = Field(default=None, ge=1, le=65536)
     disk_gb: int | None = Field(default=None, ge=1, le=1_000_000)
-    env: dict[str, str] = Field(default_factory=dict, max_length=128)
+    env: Annotated[dict[str, str], WithJsonSchema(ENV_SCHEMA)] = Field(
+        default_factory=dict, max_length=128
+    )
 
 
 class InstancePublic(BaseModel):

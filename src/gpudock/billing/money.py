@@ -18,6 +18,12 @@ MAX_MICROS = MAX_UNITS * MICROS_PER_UNIT  # fits a signed 64-bit column 9000 tim
 MAX_AMOUNT_TEXT = 40
 # ASCII digits only (`\d` would take "٣"), around them any whitespace `strip` removes
 DECIMAL_PATTERN = r"^\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*$"
+# What parse_amount accepts, exactly, as a JSON Schema pattern: no sign but '+', at
+# most 9 integer digits (or exactly 1,000,000,000), at most 6 decimals that are not
+# zeros; AMOUNT_PATTERN also needs a digit that is not zero.
+_UNITS = r"(?:0*[0-9]{1,9}(?:\.[0-9]{0,6}0*)?|0*1000000000(?:\.0*)?|\.[0-9]{1,6}0*)"
+AMOUNT_OR_ZERO_PATTERN = rf"^\s*\+?{_UNITS}\s*$"
+AMOUNT_PATTERN = rf"^\s*\+?(?=[^1-9]*[1-9]){_UNITS}\s*$"
 _DECIMAL = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
 _STEP = Decimal(1).scaleb(-DECIMALS)
 
@@ -48,7 +54,7 @@ def parse_amount(
         amount = Decimal(text)
     except InvalidOperation as exc:  # pragma: no cover - the pattern already refuses these
         raise InvalidRequest(f"{field} {_shown(text)} is not a number", field=field) from exc
-    if amount < 0:
+    if amount < 0 or text.startswith("-"):
         raise InvalidRequest(f"{field} must not be negative (got {text})", field=field)
     if amount == 0 and not allow_zero:
         raise InvalidRequest(f"{field} must be more than zero", field=field)

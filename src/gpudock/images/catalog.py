@@ -39,10 +39,19 @@ class ImageSpec:
         return self.id is None
 
     def verdict(self, driver: str | None, cc: str | None) -> compat.Verdict:
-        """Can this image run on a GPU of capability `cc` with driver `driver`?"""
-        result = compat.check(
-            cuda=self.cuda, driver=driver, cc=cc, archs=list(self.compute_capabilities) or None
-        )
+        """Can this image run on a GPU of capability `cc` with driver `driver`?
+        Metadata that does not parse (rows stored before it was validated) makes
+        the answer 'not checked', never an error."""
+        try:
+            result = compat.check(
+                cuda=self.cuda, driver=driver, cc=cc, archs=list(self.compute_capabilities) or None
+            )
+        except (ValueError, TypeError):
+            unreadable = compat.Verdict()
+            unreadable.not_checked(
+                f"{self.reference}'s recorded CUDA version or GPU architectures do not parse"
+            )
+            return unreadable
         if cc is None and self.cuda is not None:
             result.not_checked(
                 "gpudock does not know this GPU model's compute capability: "

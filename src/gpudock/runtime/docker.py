@@ -38,6 +38,7 @@ from gpudock.runtime.base import (
     VolumeState,
 )
 from gpudock.runtime.build.docker import DockerBuilder
+from gpudock.runtime.host_firewall import BRIDGE_OPTION, HostFirewall, bridge_name
 from gpudock.runtime.loopvol import LoopVolumes
 
 # Enough to install packages and run services as other users inside the
@@ -67,9 +68,12 @@ class DockerRuntime:
         timeout_s: float = 120.0,
         pool_size: int = 16,
         volume_root: Path | None = None,
+        host_firewall: bool = True,
     ) -> None:
         """`volume_root`: where size-limited data volumes live on the Docker host
-        (see `gpudock.runtime.loopvol`); None: volumes without a size limit."""
+        (see `gpudock.runtime.loopvol`); None: volumes without a size limit.
+        `host_firewall`: keep tenant networks from connecting to this host (a
+        local engine only; see `gpudock.runtime.host_firewall`)."""
         with _translated("connect to the Docker Engine"):
             if base_url:
                 self._client = docker.DockerClient(
@@ -82,9 +86,11 @@ class DockerRuntime:
         self._loop = LoopVolumes(volume_root, timeout_s) if volume_root else None
         self._network_locks: dict[str, threading.Lock] = {}
         self._network_guard = threading.Lock()
-        self._exec_streams = docker_exec.ExecStreams(
-            self._client.api, local=docker_exec.engine_is_local(base_url)
-        )
+        local = docker_exec.engine_is_local(base_url)
+        self._exec_streams = docker_exec.ExecStreams(self._client.api, local=local)
+        self._firewall = HostFirewall() if host_firewall and local else None
+        if self._firewall is not None and self._firewall.install():
+            self._firewall.cover_bridges(self._tenant_bridges())
 
     def close(self) -> None:
         self._client.close()
@@ -294,10 +300,12 @@ class DockerRuntime:
         except docker.errors.NotFound:
             pass
         # A bridge of its own: containers on it reach each other and the
-        # internet (NAT); the engine's isolation rules drop traffic to other bridges.
+        # internet (NAT); the engine's isolation rules drop traffic to other bridges,
+        # and the host firewall new connections to the host (its bridge name).
+        options = {BRIDGE_OPTION: bridge_name(name)}
         try:
             self._client.api.create_network(
-                name, driver="bridge", labels=labels, check_duplicate=True
+                name, driver="bridge", labels=labels, options=options, check_duplicate=True
             )
         except docker.errors.APIError as exc:
             if "address pool" not in _explain(exc):
@@ -306,8 +314,14 @@ class DockerRuntime:
             # free the ones gpudock left unused (crashes, any cluster), then retry once.
             self._remove_unused_networks()
             self._client.api.create_network(
-                name, driver="bridge", labels=labels, check_duplicate=True
+                name, driver="bridge", labels=labels, options=options, check_duplicate=True
             )
+
+    def _tenant_bridges(self) -> list[str]:
+        """The Linux bridges of gpudock's networks (Docker names unnamed ones br-<id>)."""
+        with _translated("list networks"):
+            found = self._client.api.networks(filters={"label": f"{LABEL_MANAGED}=true"})
+        return [(n.get("Options") or {}).get(BRIDGE_OPTION) or f"br-{n['Id'][:12]}" for n in found]
 
     def _remove_unused_networks(self) -> None:
         """gpudock networks that no container, running or not, is on. Not the

@@ -32,7 +32,10 @@ from gpudock.db.models import (
     BillingIntervalModel,
     BillingPostingModel,
     BillingPriceModel,
+    DesiredState,
     GpuModel,
+    InstanceModel,
+    InstanceStatus,
     UserModel,
 )
 from gpudock.errors import Conflict, InvalidRequest, NotFound, PaymentRequired
@@ -42,6 +45,13 @@ from gpudock.services.ledger import PostingDetails
 from gpudock.settings import Settings
 
 PRICE_KINDS = ("gpu", "no_gpu", "disk")
+# Asked to run, not running yet: no compute interval is open for these.
+WAITING_TO_RUN = (
+    InstanceStatus.PENDING,
+    InstanceStatus.CREATING,
+    InstanceStatus.STARTING,
+    InstanceStatus.MIGRATING,
+)
 TOPUP_ATTEMPTS = 3
 PRICE_UNITS = {"gpu": "per GPU-hour", "no_gpu": "per hour", "disk": "per GB-day"}
 
@@ -275,27 +285,50 @@ def month_spent(session: Session, user_id: str, now: datetime) -> int:
 
 
 def shortfall(
-    session: Session, settings: Settings, user_id: str, shape: Shape, now: datetime
+    session: Session,
+    settings: Settings,
+    user_id: str,
+    shape: Shape,
+    now: datetime,
+    *,
+    waiting_self: str | None = None,
 ) -> str | None:
-    """Why the user cannot run this shape now, or None if they can (or it is free)."""
+    """Why the user cannot run this shape now, or None if they can (or it is free).
+
+    One rule for starting and for stopping: the money on hand must pay, at the
+    burn rate of everything the user runs or has waiting plus this request, for
+    `billing_min_balance_seconds` and at least one whole charging period —
+    the period is what the stop rule (`billing.metering.protection`) looks
+    at, so nothing that passes here is stopped for money before it has run.
+    `waiting_self`: the id of a waiting instance being checked again (it is
+    not counted twice)."""
     _unit, rate = metering.rate_for(session, shape.gpu_model, shape.gpu_count)
     if rate.micros == 0:
         return None
     user = session.get(UserModel, user_id)
     assert user is not None
+    ledger.account(session, user_id, lock=True)  # one funds check per user at a time
     state = _summary(session, user, now)
-    needed = required_for_start(rate, settings.billing_min_balance_seconds)
+    others = state.burn_per_hour + waiting_burn_per_hour(session, user_id, waiting_self)
+    seconds = max(settings.billing_min_balance_seconds, settings.billing_charge_period_s)
+    total = Rate(rate.per_hour + others)
+    needed = required_for_start(total, seconds)
     what = f"{_shape(shape)} at {format_amount(rate.per_hour)} {settings.currency}/h"
     if state.available < needed:
+        beside = (
+            f" beside what you run or have waiting ({format_amount(others)} {settings.currency}/h)"
+            if others
+            else ""
+        )
         return (
             f"balance {format_amount(state.available)} {settings.currency} does not cover "
-            f"{settings.billing_min_balance_seconds} s of {what} "
-            f"({format_amount(needed)} {settings.currency}); ask an admin for a top-up"
+            f"{seconds} s of {what}{beside}: {format_amount(needed)} {settings.currency} "
+            "is needed; ask an admin for a top-up"
         )
     period = settings.billing_charge_period_s
     if state.monthly_budget is not None:
         left = state.monthly_budget - state.month_spent
-        if left < rate.ceil_for(period):
+        if left < total.ceil_for(period):
             return (
                 f"this month's budget of {format_amount(state.monthly_budget)} "
                 f"{settings.currency} has {format_amount(max(left, 0))} {settings.currency} "
@@ -304,9 +337,28 @@ def shortfall(
     return None
 
 
+def waiting_burn_per_hour(session: Session, user_id: str, exclude: str | None) -> int:
+    """What the user's instances that wait to start will burn once they run."""
+    rows = session.execute(
+        select(InstanceModel.gpu_model, InstanceModel.gpu_count, func.count())
+        .where(
+            InstanceModel.user_id == user_id,
+            InstanceModel.desired_state == DesiredState.RUNNING,
+            InstanceModel.status.in_(WAITING_TO_RUN),
+            InstanceModel.id != (exclude or ""),
+        )
+        .group_by(InstanceModel.gpu_model, InstanceModel.gpu_count)
+    ).all()
+    total = 0
+    for model, count, instances in rows:
+        total += metering.rate_for(session, model, count)[1].per_hour * int(instances)
+    return total
+
+
 def check_funds(
     session: Session, settings: Settings, user_id: str, shape: Shape, now: datetime
 ) -> None:
+    """PaymentRequired unless the user can run `shape` now (see `shortfall`)."""
     reason = shortfall(session, settings, user_id, shape, now)
     if reason is not None:
         raise PaymentRequired(reason)

@@ -70,6 +70,7 @@ def default_runtime(settings: Settings) -> Runtime:
         timeout_s=settings.runtime_call_timeout_s,
         pool_size=settings.reconcile_workers + 8,
         volume_root=settings.effective_volume_dir,
+        host_firewall=settings.host_firewall,
     )
 
 

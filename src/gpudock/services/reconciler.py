@@ -224,7 +224,9 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
                 or row.status not in WAITING
             ):
                 return False
-            refused = billing.shortfall(session, ctx.settings, row.user_id, row, now)
+            refused = billing.shortfall(
+                session, ctx.settings, row.user_id, row, now, waiting_self=row.id
+            )
             if refused is not None:  # issue 4: the balance is checked again at placement
                 row.desired_state = DesiredState.STOPPED
                 switch_instance_status(session, row, S.STOPPED, f"not started: {refused}", now)

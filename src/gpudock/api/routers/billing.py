@@ -168,7 +168,11 @@ def set_budget(
     ctx: Context, user: CurrentUser, body: BudgetRequest, user_ref: UserRef = None
 ) -> BalancePublic:
     subject = billing.resolve_subject(ctx, user, user_ref)
-    amount = None if body.monthly is None else parse_amount(body.monthly, field="monthly")
+    amount = (
+        None
+        if body.monthly is None
+        else parse_amount(body.monthly, field="monthly", allow_zero=True)
+    )
     return _balance(billing.set_budget(ctx, subject, amount), ctx.settings.currency)
 
 
