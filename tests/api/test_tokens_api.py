@@ -152,6 +152,8 @@ def test_names_and_expiries_that_are_refused(client: TestClient, alice: Tenant) 
     assert "revoke it first" in duplicate.json()["error"]["message"]
     for body, field in (
         ({"name": "has space"}, "name"),
+        ({"name": "trailing-newline\n"}, "name"),
+        ({"name": "x", "expires_in": "1d\n"}, "expires_in"),
         ({"name": "x", "expires_in": "10y"}, "expires_in"),
         ({"name": "x", "expires_in": "0d"}, "expires_in"),
         ({"name": "x", "expires_at": "2026-11-29T11:59:59Z"}, "expires_at"),  # the past

@@ -84,17 +84,19 @@ class UserDeletionPublic(BaseModel):
 
 class TokenCreateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+    # The patterns are documented, and checked by the service, whose messages
+    # say what is wrong in words rather than as a regular expression.
     name: str = Field(
         min_length=1,
         max_length=64,
-        pattern=NAME_PATTERN,
+        json_schema_extra={"pattern": NAME_PATTERN},
         examples=["laptop"],
         description="Unique among your unrevoked tokens",
     )
-    expires_in: str | None = Field(
+    expires_in: (
+        Annotated[str, Field(max_length=6, json_schema_extra={"pattern": DURATION_PATTERN})] | None
+    ) = Field(
         default=None,
-        max_length=6,
-        pattern=DURATION_PATTERN,
         examples=["90d"],
         description="Expire this long from now: minutes, hours, days or weeks (30m, 12h, 90d, "
         "2w). Give this or expires_at, not both; neither: never expires.",

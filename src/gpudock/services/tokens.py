@@ -156,7 +156,7 @@ def expiry(
     if expires_in is not None and expires_at is not None:
         raise InvalidRequest("give expires_in or expires_at, not both", field="expires_in")
     if expires_in is not None:
-        if not _DURATION.match(expires_in):
+        if not _DURATION.fullmatch(expires_in):
             raise InvalidRequest(
                 f"bad duration {expires_in[:32]!r}: use a number and a unit, m, h, d or w "
                 "(e.g. 90d)",
@@ -189,7 +189,7 @@ def create_token(
     """A new token for `user`, shown once, expiring as `expiry()` reads the two
     options. Its name is unique among the user's unrevoked tokens; an expired
     one of that name is retired to make room."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidRequest(
             f"bad token name {name[:64]!r}: use 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit",

@@ -199,8 +199,9 @@ def delete_user(ctx: ServiceContext, admin: UserModel, name: str, *, force: bool
         if live and not force:
             names = ", ".join(i.name for i in live[:5]) + (", …" if len(live) > 5 else "")
             raise Conflict(
-                f"{name} has {len(live)} instance(s) ({names}): delete them first, or "
-                "force the deletion, which deletes them and their data too"
+                f"{name} has {len(live)} instance(s) ({names}): delete them first, or force "
+                f"the deletion (`gpudock users delete {name} --force`, or force=true), "
+                "which deletes them and their data too"
             )
         for instance in live:
             instances.request_delete(session, instance, f"deleted with user {name}", now)
