@@ -11,6 +11,7 @@ itself, so a busy token costs one write a minute, not one per request.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import re
@@ -42,6 +43,12 @@ HOW_TO_RENEW = (
 )
 
 
+class TokenState(enum.StrEnum):
+    ACTIVE = "active"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
 class TokenExpired(Unauthenticated):
     code = "token_expired"
 
@@ -61,7 +68,7 @@ class Caller:
 @dataclass(frozen=True)
 class TokenView:
     token: ApiTokenModel
-    state: str  # active, expired or revoked
+    state: TokenState
 
 
 @dataclass(frozen=True)
@@ -86,12 +93,12 @@ def _when(value: datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def token_state(token: ApiTokenModel, now: datetime) -> str:
+def token_state(token: ApiTokenModel, now: datetime) -> TokenState:
     """Expired wins over revoked when it came first (a name reused after expiry)."""
     expired_at = token.expires_at if token.expires_at and token.expires_at <= now else None
     if token.revoked_at is not None and (expired_at is None or token.revoked_at < expired_at):
-        return "revoked"
-    return "expired" if expired_at is not None else "active"
+        return TokenState.REVOKED
+    return TokenState.EXPIRED if expired_at is not None else TokenState.ACTIVE
 
 
 # -- authentication ------------------------------------------------------------------------
@@ -121,12 +128,12 @@ def authenticate(ctx: ServiceContext, token: str | None) -> Caller:
 def _check_usable(token: ApiTokenModel, user: UserModel, now: datetime) -> None:
     user_states.check_not_deleted(user)
     state = token_state(token, now)
-    if state == "expired":
+    if state == TokenState.EXPIRED:
         assert token.expires_at is not None
         raise TokenExpired(
             f"API token {token.name!r} expired at {_when(token.expires_at)}: {HOW_TO_RENEW}"
         )
-    if state == "revoked":
+    if state == TokenState.REVOKED:
         assert token.revoked_at is not None
         raise TokenRevoked(
             f"API token {token.name!r} was revoked at {_when(token.revoked_at)}: {HOW_TO_RENEW}"
@@ -216,7 +223,7 @@ def _make_room(session: Session, user: UserModel, name: str, now: datetime) -> N
     ).first()
     if held is None:
         return
-    if token_state(held, now) != "expired":
+    if token_state(held, now) != TokenState.EXPIRED:
         raise Conflict(
             f"you already have a token named {name!r}: pick another name, or revoke it "
             f"first (`gpudock tokens revoke {name}`)",

@@ -21,7 +21,7 @@ def _public(view: TokenView, current_id: str) -> TokenPublic:
     return TokenPublic(
         id=t.id,
         name=t.name,
-        state=view.state,
+        state=view.state.value,
         created_at=t.created_at,
         expires_at=t.expires_at,
         last_used_at=t.last_used_at,
