@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,7 +23,9 @@ class ImageCreateRequest(BaseModel):
     cuda: str | None = Field(default=None, pattern=r"^\d+\.\d+$")
     cudnn: str | None = Field(default=None, max_length=16)
     min_driver: str | None = Field(default=None, pattern=r"^\d+(\.\d+){0,2}$")
-    compute_capabilities: list[str] = Field(default_factory=list, max_length=32)
+    compute_capabilities: list[Annotated[str, Field(pattern=r"^\d{1,2}\.\d$")]] = Field(
+        default_factory=list, max_length=32, examples=[["8.0", "9.0"]]
+    )
     public: bool = Field(default=False, description="Admins only.")
 
 
