@@ -70,3 +70,42 @@ def test_tokens_and_users_made_before_0009_keep_working(tmp_path: Path) -> None:
         assert (view.token.name, view.state, view.token.expires_at) == ("default", "active", None)
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_downgrading_0009_keeps_users_and_their_tokens(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A table rebuild on SQLite would drop `users`, cascading into api_tokens."""
+    url = (
+        request.getfixturevalue("postgres_url")
+        if backend == "postgres"
+        else f"sqlite:///{tmp_path / 'm.db'}"
+    )
+    engine = make_engine(url)
+    try:
+        migrate(engine)
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO users (id, name, is_admin, created_at) "
+                    "VALUES ('u1', 'a', false, :at)"
+                ),
+                {"at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO api_tokens (id, user_id, token_hash, name, created_at) "
+                    "VALUES ('t1', 'u1', 'h', 'default', :at)"
+                ),
+                {"at": at},
+            )
+        command.downgrade(alembic_config(engine), "0009@0006")
+        migrate(engine)
+        with engine.connect() as connection:
+            tokens_left = connection.execute(text("SELECT id FROM api_tokens")).scalars().all()
+            state = connection.execute(text("SELECT state FROM users")).scalar_one()
+        assert (tokens_left, state) == (["t1"], "active")
+    finally:
+        engine.dispose()

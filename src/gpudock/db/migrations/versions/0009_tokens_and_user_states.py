@@ -58,12 +58,11 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Plain DROP COLUMN (SQLite >= 3.35), not a batch rebuild: rebuilding `users`
+    # drops the table, and with foreign keys on that cascades into every
+    # user's tokens, keys and passwords.
     op.drop_index("uq_api_tokens_live_name", table_name="api_tokens")
-    with op.batch_alter_table("api_tokens") as batch_op:
-        batch_op.drop_column("last_used_at")
-        batch_op.drop_column("revoked_at")
-        batch_op.drop_column("expires_at")
-    with op.batch_alter_table("users") as batch_op:
-        batch_op.drop_column("state_changed_at")
-        batch_op.drop_column("state_reason")
-        batch_op.drop_column("state")
+    for column in ("last_used_at", "revoked_at", "expires_at"):
+        op.drop_column("api_tokens", column)
+    for column in ("state_changed_at", "state_reason", "state"):
+        op.drop_column("users", column)
