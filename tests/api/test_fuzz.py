@@ -172,6 +172,13 @@ def test_405_names_every_method_of_the_path(
         ("PUT", "/api/v1/billing/budget", b'{"monthly": "' + b" " * 40 + b'1"}', "monthly"),
         # names the service would refuse are refused by the schema's pattern
         ("POST", "/api/v1/instances/i-0000000000/save-image", b'{"name": "A B"}', "name"),
+        # a compute capability that is not X.Y was stored, and GET /images became a 500
+        (
+            "POST",
+            "/api/v1/images",
+            b'{"reference": "gpudock/base:bookworm", "name": "x", "compute_capabilities": [""]}',
+            "compute_capabilities.0",
+        ),
     ],
 )
 def test_input_the_schema_forbids_is_refused_with_422(

@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 
 from gpudock.images.catalog import ImageSpec
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import images, instances, users
+from gpudock.services import images, instances, tokens
 from gpudock.services.instances import InstanceRequest
 from gpudock.services.platform import Platform
 from tests.conftest import PlatformFactory
@@ -40,6 +40,7 @@ MADE_UP = "zz-no-such-object-0000"
 BODIES: dict[str, dict[str, Any]] = {
     "SaveImageRequest": {"name": "stolen:v1"},
     "PasswordSetRequest": {"password": "correct horse battery"},
+    "UserDisableRequest": {"reason": "swept"},
 }
 
 
@@ -96,20 +97,22 @@ class OwnedObjects:
     @classmethod
     def make(cls, platform: Platform, alice: Tenant, key_dir: Path) -> OwnedObjects:
         ctx = platform.ctx
-        owner = users.authenticate(ctx, alice.token)
+        owner = tokens.authenticate(ctx, alice.token).user
         instance = instances.create_instance(
             ctx, owner, InstanceRequest(name="secret", gpu_model="A100-80GB", gpu_count=1)
         )
         spec = ImageSpec(reference=TOOLS_IMAGE, name="tools", origin="manual")
         image = images.register(ctx, owner, spec)
         key = add_with_proof(ctx, owner, make_key(key_dir, "alice"), "laptop")
+        token = tokens.create_token(ctx, owner, "ci")
         assert image.id is not None
         return cls(
             values={
                 "instance_id": instance.id,
                 "image_id": image.id,
                 "key_ref": key.id,
-                "name": owner.name,  # /users/{name}/password: admin-only
+                "token_ref": token.view.token.id,
+                "name": owner.name,  # /users/{name}/...: admin-only
             },
             alice=alice,
         )
@@ -150,7 +153,11 @@ def test_the_sweep_finds_every_id_route(client: TestClient) -> None:
         "GET /instances/{instance_id}/sessions",
         "DELETE /images/{image_id}",
         "DELETE /ssh-keys/{key_ref}",
+        "DELETE /tokens/{token_ref}",
         "PUT /users/{name}/password",
+        "POST /users/{name}/disable",
+        "POST /users/{name}/enable",
+        "DELETE /users/{name}",
     } <= swept
 
 
@@ -182,7 +189,12 @@ def test_another_tenant_gets_404_for_every_verb_on_every_id_route(
         if (status, made_up[0]) != (404, 404) or body["error"]["code"] != "not_found":
             wrong.append(f"{sweep.id}: {status} {body} (a made-up id: {made_up})")
     assert not wrong, "\n".join(wrong)
-    assert "PUT /users/{name}/password" in admin_only
+    assert {
+        "PUT /users/{name}/password",
+        "POST /users/{name}/disable",
+        "POST /users/{name}/enable",
+        "DELETE /users/{name}",
+    } <= admin_only
     assert not any(s.startswith(("GET /instances", "DELETE /instances")) for s in admin_only)
     _assert_untouched(client, owned)
 
@@ -199,6 +211,8 @@ def test_an_object_id_in_the_path_is_the_owners_to_use(
     assert key.status_code == 200
     image = client.delete(f"{API}/images/{owned.values['image_id']}", headers=alice.headers)
     assert image.status_code == 200
+    token = client.delete(f"{API}/tokens/{owned.values['token_ref']}", headers=alice.headers)
+    assert token.status_code == 200 and token.json()["state"] == "revoked"
 
 
 def _assert_untouched(client: TestClient, owned: OwnedObjects) -> None:
@@ -210,3 +224,6 @@ def _assert_untouched(client: TestClient, owned: OwnedObjects) -> None:
     assert [k["id"] for k in keys] == [owned.values["key_ref"]]
     mine = client.get(f"{API}/images", headers=alice.headers).json()
     assert owned.values["image_id"] in {i["id"] for i in mine}
+    listed = client.get(f"{API}/tokens", headers=alice.headers).json()
+    assert {t["id"]: t["state"] for t in listed}[owned.values["token_ref"]] == "active"
+    assert client.get(f"{API}/users/me", headers=alice.headers).json()["state"] == "active"

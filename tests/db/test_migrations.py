@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import text
 
-from gpudock.db.engine import make_engine, migrate
-from gpudock.db.models import Base
+from gpudock.db.engine import alembic_config, make_engine, make_sessionmaker, migrate
+from gpudock.db.models import Base, UserState
+from gpudock.gpu.simulated import SimulatedGpuSource
+from gpudock.runtime.fake import FakeRuntime
+from gpudock.services import tokens
+from gpudock.services.context import ServiceContext
+from gpudock.settings import Settings
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -28,5 +36,76 @@ def test_migrations_match_the_models(
         with engine.connect() as connection:
             diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
         assert diff == [], f"models and migrations differ: {diff}"
+    finally:
+        engine.dispose()
+
+
+def test_tokens_and_users_made_before_0009_keep_working(tmp_path: Path) -> None:
+    """Every head but 0009 first (the schema of a running installation), a user
+    and their token in it, then the upgrade: the token is a named one and works."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    try:
+        config = alembic_config(engine)
+        for head in ("0002", "0003", "0004", "0005", "0006"):
+            command.upgrade(config, head)
+        created = datetime(2026, 1, 1, tzinfo=UTC)
+        with engine.begin() as connection:
+            connection.execute(
+                text("INSERT INTO users VALUES ('u1', 'alice', 0, :at)"), {"at": created}
+            )
+            connection.execute(
+                text("INSERT INTO api_tokens VALUES ('t1', 'u1', :hash, 'default', :at)"),
+                {"hash": tokens.hash_token("gpd_old-token"), "at": created},
+            )
+        migrate(engine)
+        ctx = ServiceContext(
+            settings=Settings(data_dir=tmp_path),
+            sessions=make_sessionmaker(engine),
+            runtime=FakeRuntime(),
+            gpu_source=SimulatedGpuSource("1x1xA100-80GB"),
+        )
+        caller = tokens.authenticate(ctx, "gpd_old-token")
+        assert (caller.user.name, caller.user.state) == ("alice", UserState.ACTIVE)
+        [view] = tokens.list_tokens(ctx, caller.user)
+        assert (view.token.name, view.state, view.token.expires_at) == ("default", "active", None)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_downgrading_0009_keeps_users_and_their_tokens(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A table rebuild on SQLite would drop `users`, cascading into api_tokens."""
+    url = (
+        request.getfixturevalue("postgres_url")
+        if backend == "postgres"
+        else f"sqlite:///{tmp_path / 'm.db'}"
+    )
+    engine = make_engine(url)
+    try:
+        migrate(engine)
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO users (id, name, is_admin, created_at) "
+                    "VALUES ('u1', 'a', false, :at)"
+                ),
+                {"at": at},
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO api_tokens (id, user_id, token_hash, name, created_at) "
+                    "VALUES ('t1', 'u1', 'h', 'default', :at)"
+                ),
+                {"at": at},
+            )
+        command.downgrade(alembic_config(engine), "0009@0006")
+        migrate(engine)
+        with engine.connect() as connection:
+            tokens_left = connection.execute(text("SELECT id FROM api_tokens")).scalars().all()
+            state = connection.execute(text("SELECT state FROM users")).scalar_one()
+        assert (tokens_left, state) == (["t1"], "active")
     finally:
         engine.dispose()

@@ -9,7 +9,7 @@ from gpudock.db.models import HostModel, InstanceModel
 from gpudock.errors import InvalidRequest
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.scheduler.placement import GpuSlot, HostCapacity, PlacementRequest, place
-from gpudock.services import images, instances, users
+from gpudock.services import images, instances, tokens
 from gpudock.services.instances import InstanceRequest
 from tests.conftest import PlatformFactory
 from tests.factories import make_tenant
@@ -45,7 +45,7 @@ def test_an_image_lands_only_on_a_host_whose_driver_runs_it(
         newest_id = newest.id
     assert images.runnable_hosts(ctx, CU128, "A100-80GB") == {newest_id}
     assert images.runnable_hosts(ctx, "gpudock/base:bookworm", "A100-80GB") is None
-    owner = users.authenticate(ctx, make_tenant(platform, "erin").token)
+    owner = tokens.authenticate(ctx, make_tenant(platform, "erin").token).user
     created = instances.create_instance(
         ctx, owner, InstanceRequest(gpu_model="A100-80GB", gpu_count=1, image=CU128)
     )
@@ -61,7 +61,7 @@ def test_start_is_refused_when_the_fleet_can_no_longer_run_the_image(
     cu124 = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
     platform = platform_factory(runtime=FakeRuntime(images={"gpudock/base:bookworm", cu124}))
     ctx = platform.ctx
-    owner = users.authenticate(ctx, make_tenant(platform, "fred").token)
+    owner = tokens.authenticate(ctx, make_tenant(platform, "fred").token).user
     request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, image=cu124, name="job")
     created = instances.create_instance(ctx, owner, request)
     instances.stop_instance(ctx, owner, created.id)

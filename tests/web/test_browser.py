@@ -197,10 +197,14 @@ def operator(page: Page, url: str, shots: Path) -> None:
     page.screenshot(path=shots / "admin-hosts.png", full_page=True)
     inject_and_repair(page, shots)
     page.click("header nav >> text=Users")
-    page.fill("input[name=name]", "carol")
-    page.click("main form button[type=submit]")
+    page.fill("#user-form input[name=name]", "carol")
+    page.click("#user-form button[type=submit]")
     expect(page.locator("#new-token")).to_contain_text("gpd_")
-    expect(page.locator("tr[data-user=carol]")).to_be_visible()
+    carol = page.locator("tr[data-user=carol]")
+    expect(carol).to_be_visible()
+    carol.locator("input[name=reason]").fill("browser drill")
+    carol.locator("button[data-action=disable-user]").click()  # the dialog is accepted
+    expect(page.locator("tr[data-user=carol] [data-status=disabled]")).to_be_visible()
     page.screenshot(path=shots / "admin-users.png", full_page=True)
 
 

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from gpudock.billing.ledger import PostingKind
-from gpudock.db.models import GpuState, InstanceStatus, SshSessionOutcome
-from gpudock.services import billing
+from gpudock.db.models import GpuState, InstanceStatus, SshSessionOutcome, UserState
+from gpudock.services import billing, tokens
 from gpudock.web import extensions
 from gpudock.web.i18n import ZH_CN, translator
 
@@ -30,6 +30,8 @@ def test_translated_values_have_entries() -> None:
         *(s.value for s in InstanceStatus),
         *(s.value for s in GpuState),
         *(o.value for o in SshSessionOutcome),
+        *(s.value for s in UserState),
+        *(s.value for s in tokens.TokenState),
         *(k.value for k in PostingKind),
         *billing.PRICE_KINDS,
         *billing.PRICE_UNITS.values(),

@@ -19,7 +19,7 @@ def test_each_present_capability_has_a_nav_entry_and_a_page(console: Platform) -
         assert (f'href="{page.path}"' in home) is not page.admin_only
         assert alice.client.get(page.path).status_code == (403 if page.admin_only else 200)
     keys = {p.key for p in extensions.present_pages()}
-    assert keys <= {"ssh_keys", "billing", "images", "billing_admin", "health"}
+    assert keys <= {"ssh_keys", "tokens", "billing", "images", "billing_admin", "health"}
 
 
 def test_absent_capabilities_have_no_nav_entry(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ from gpudock import __version__
 from gpudock.api.deps import document_admin_only
 from gpudock.api.errors import error_responses, install_error_handlers
 from gpudock.api.ratelimit import HttpGates, RateLimitMiddleware
-from gpudock.api.routers import billing, gpus, health, images, instances, ssh, users
+from gpudock.api.routers import billing, gpus, health, images, instances, ssh, tokens, users
 from gpudock.services.platform import Platform
 from gpudock.web.console import mount_console
 
@@ -52,6 +52,7 @@ def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
     api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
     routers = (
         users.router,
+        tokens.router,
         gpus.router,
         instances.router,
         images.router,

@@ -12,8 +12,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpudock.db.models import UserModel
 from gpudock.errors import Forbidden
-from gpudock.services import users
+from gpudock.services import tokens
 from gpudock.services.context import ServiceContext
+from gpudock.services.tokens import Caller
 
 _bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer gpd_…`")
 
@@ -26,11 +27,18 @@ def get_context(request: Request) -> ServiceContext:
 Context = Annotated[ServiceContext, Depends(get_context)]
 
 
-def get_current_user(
+def get_caller(
     ctx: Context,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> UserModel:
-    return users.authenticate(ctx, credentials.credentials if credentials else None)
+) -> Caller:
+    return tokens.authenticate(ctx, credentials.credentials if credentials else None)
+
+
+CurrentCaller = Annotated[Caller, Depends(get_caller)]
+
+
+def get_current_user(caller: CurrentCaller) -> UserModel:
+    return caller.user
 
 
 CurrentUser = Annotated[UserModel, Depends(get_current_user)]

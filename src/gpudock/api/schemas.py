@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from gpudock.services.tokens import DURATION_PATTERN, NAME_PATTERN
 
 # Environment variables a request may set: the service refuses the reserved
 # ones with an explanation, so pydantic checks only the shape of the body.
@@ -43,14 +45,92 @@ class UserCreateRequest(BaseModel):
     is_admin: bool = False
 
 
+def _rfc_3339(value: Any) -> Any:
+    """JSON has no datetime: parse text (strict models take no strings), never
+    numbers (pydantic alone would read 1.5 as a Unix time)."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError(f"{value[:40]!r} is not an RFC 3339 date and time") from exc
+    return value
+
+
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_rfc_3339)]
+
+
 class UserPublic(BaseModel):
     id: str
     name: str
     is_admin: bool
     created_at: datetime
+    state: str = Field(default="active", description="active, disabled or deleted")
+    state_reason: str = ""
+    state_changed_at: datetime | None = None
 
 
 class UserWithTokenPublic(UserPublic):
+    token: str = Field(description="Shown once; gpudock keeps only its SHA-256 digest.")
+
+
+class UserDisableRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reason: str | None = Field(default=None, max_length=500, examples=["left the lab"])
+
+
+class UserStateChangePublic(BaseModel):
+    user: UserPublic
+    instances: list[str] = Field(
+        description="Instances stopped (disable: GPUs released, containers and data kept)"
+    )
+
+
+class UserDeletionPublic(BaseModel):
+    user: UserPublic
+    instances: list[str] = Field(
+        description="Instances being deleted with their containers and data volumes"
+    )
+    balance: str = Field(description="The wallet's balance, kept in the ledger as it stands")
+    private_images: list[str] = Field(description="Private images kept (admins remove them)")
+    retention: str = Field(description="What was deleted and what is kept")
+
+
+class TokenCreateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    # The patterns are documented, and checked by the service, whose messages
+    # say what is wrong in words rather than as a regular expression.
+    name: str = Field(
+        min_length=1,
+        max_length=64,
+        json_schema_extra={"pattern": NAME_PATTERN},
+        examples=["laptop"],
+        description="Unique among your unrevoked tokens",
+    )
+    expires_in: (
+        Annotated[str, Field(max_length=6, json_schema_extra={"pattern": DURATION_PATTERN})] | None
+    ) = Field(
+        default=None,
+        examples=["90d"],
+        description="Expire this long from now: minutes, hours, days or weeks (30m, 12h, 90d, "
+        "2w). Give this or expires_at, not both; neither: never expires.",
+    )
+    expires_at: Timestamp | None = Field(
+        default=None, description="Expire at this time (in the future, with its time zone)."
+    )
+
+
+class TokenPublic(BaseModel):
+    id: str
+    name: str
+    state: str = Field(description="active, expired or revoked")
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None = Field(description="To the minute")
+    revoked_at: datetime | None
+    current: bool = Field(description="The token this request was sent with")
+
+
+class TokenWithValuePublic(TokenPublic):
     token: str = Field(description="Shown once; gpudock keeps only its SHA-256 digest.")
 
 

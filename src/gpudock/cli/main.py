@@ -22,6 +22,7 @@ from gpudock.cli.commands import (
     keys,
     server,
     ssh,
+    tokens,
     users,
 )
 
@@ -49,6 +50,7 @@ app.command("server")(server.serve)
 app.command("login")(users.login)
 app.command("whoami")(users.whoami)
 app.add_typer(users.app, name="users")
+app.add_typer(tokens.app, name="tokens")
 app.command("gpus")(gpus.list_gpus)
 app.command("hosts")(gpus.list_hosts)
 app.add_typer(instances.app, name="instances")

@@ -3,7 +3,7 @@
 Invariants the schema itself enforces (not the scheduler's good will):
 - a GPU is allocated to at most one instance (`gpu_allocations.gpu_id` is the key);
 - an instance name is unique among one user's live instances (partial unique index);
-- a token hash is unique.
+- a token hash is unique, and a token name unique among one user's unrevoked tokens.
 """
 
 from __future__ import annotations
@@ -83,6 +83,12 @@ class DesiredState(enum.StrEnum):
     DELETED = "deleted"
 
 
+class UserState(enum.StrEnum):
+    ACTIVE = "active"
+    DISABLED = "disabled"  # no access, instances stopped, data kept; enable reverses it
+    DELETED = "deleted"  # the row stays for the ledger and audit that point at it
+
+
 class GpuState(enum.StrEnum):
     HEALTHY = "healthy"
     DRAINING = "draining"
@@ -104,17 +110,43 @@ class UserModel(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    state: Mapped[UserState] = mapped_column(
+        _enum_column(UserState),
+        default=UserState.ACTIVE,
+        comment="written only by services.user_states.switch_user_state()",
+    )
+    state_reason: Mapped[str] = mapped_column(Text, default="")
+    state_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class ApiTokenModel(Base):
-    """API tokens, stored as SHA-256 hex digests only."""
+    """API tokens, stored as SHA-256 hex digests only.
+
+    Revoked tokens keep their row, so that presenting one is answered "revoked"
+    rather than "unknown"; their names are free for new tokens.
+    """
 
     __tablename__ = "api_tokens"
+    __table_args__ = (
+        Index(
+            "uq_api_tokens_live_name",
+            "user_id",
+            "name",
+            unique=True,
+            sqlite_where=text("revoked_at IS NULL"),
+            postgresql_where=text("revoked_at IS NULL"),
+        ),
+    )
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     name: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(
+        UTCDateTime, nullable=True, comment="to the minute: written at most once a minute"
+    )
 
     user: Mapped[UserModel] = relationship()
 

@@ -2,7 +2,8 @@
 
 The session cookie holds 256 random bits; the database keeps only their
 SHA-256 (as with API tokens), the owner, a per-session CSRF token and an
-expiry. Logging out deletes the row, so a copied cookie stops working.
+expiry. Logging out deletes the row, so a copied cookie stops working; so does
+disabling the user (and a session of a user who is not active is never honoured).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import delete, select
 
-from gpudock.db.models import UserModel, UserPasswordModel, WebSessionModel
+from gpudock.db.models import UserModel, UserPasswordModel, UserState, WebSessionModel
 from gpudock.errors import InvalidRequest, NotFound, Unauthenticated
+from gpudock.services import user_states
 from gpudock.services.context import ServiceContext
 
 MIN_PASSWORD = 8
@@ -75,7 +77,7 @@ def set_password(ctx: ServiceContext, user_name: str, password: str) -> UserMode
     hashed = _Hashing.hasher.hash(password)  # slow: outside the transaction
     with ctx.sessions.begin() as session:
         user = session.scalar(select(UserModel).where(UserModel.name == user_name))
-        if user is None:
+        if user is None or user.state == UserState.DELETED:
             raise NotFound(f"no user {user_name!r}: `gpudock users list` shows them")
         row = session.get(UserPasswordModel, user.id)
         if row is None:
@@ -97,7 +99,8 @@ def _verify(stored: str | None, password: str) -> bool:
 
 
 def log_in(ctx: ServiceContext, user_name: str, password: str) -> NewWebSession:
-    """Check name and password; open a session. Same message for either mistake."""
+    """Check name and password; open a session. Same message for either mistake;
+    only the right password learns that the account is disabled."""
     with ctx.sessions() as session:
         row = session.execute(
             select(UserModel, UserPasswordModel.password_hash)
@@ -107,6 +110,7 @@ def log_in(ctx: ServiceContext, user_name: str, password: str) -> NewWebSession:
     user, stored = (row[0], row[1]) if row is not None else (None, None)
     if len(password) > MAX_PASSWORD or not _verify(stored, password) or user is None:
         raise Unauthenticated("wrong user name or password")
+    user_states.check_active(user)
     return _open_session(ctx, user)
 
 
@@ -136,7 +140,7 @@ def resolve_session(ctx: ServiceContext, cookie: str | None) -> WebSession | Non
         row = session.execute(
             select(WebSessionModel, UserModel)
             .join(UserModel, UserModel.id == WebSessionModel.user_id)
-            .where(WebSessionModel.id_hash == _digest(cookie))
+            .where(WebSessionModel.id_hash == _digest(cookie), UserModel.state == UserState.ACTIVE)
         ).first()
         if row is None or row[0].expires_at <= ctx.clock():
             return None

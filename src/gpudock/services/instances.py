@@ -21,6 +21,7 @@ from gpudock.db.models import (
     InstanceModel,
     InstanceStatus,
     UserModel,
+    UserState,
 )
 from gpudock.errors import Conflict, InvalidRequest, NotFound
 from gpudock.services import billing, image_access, images, metering, migration_log, sizing
@@ -300,6 +301,8 @@ def _request(
             or instance.desired_state == DesiredState.DELETED
         ):
             raise Conflict(f"instance {instance.id} is being deleted; it cannot {verb}")
+        if desired == DesiredState.RUNNING:
+            _check_owner_active(session, instance)
         if desired == DesiredState.RUNNING and instance.status in (S.STOPPED, S.FAILED):
             billing.check_funds(session, ctx.settings, instance.user_id, instance, now)
         instance.desired_state = desired
@@ -310,7 +313,7 @@ def _request(
                 now if instance.status in (S.STOPPED, S.FAILED) else instance.queued_at
             )
         if not _is_leased(instance, now):
-            _switch_for_request(session, instance, desired, verb, now)
+            _switch_for_request(session, instance, desired, f"{verb} requested", now)
         if note:
             record_instance_note(session, instance, note, now)
         instance.updated_at = now
@@ -318,21 +321,63 @@ def _request(
     return instance
 
 
+def _check_owner_active(session: Session, instance: InstanceModel) -> None:
+    """Read after the instance's row lock, so a concurrent disable is seen or
+    sees this start (and stops it)."""
+    owner = session.get(UserModel, instance.user_id)
+    if owner is not None and owner.state != UserState.ACTIVE:
+        raise Conflict(
+            f"instance {instance.id} belongs to {owner.name}, whose account is "
+            f"{owner.state.value}: an admin enables it first (`gpudock users enable {owner.name}`)"
+        )
+
+
 def _switch_for_request(
-    session: Session, instance: InstanceModel, desired: DesiredState, verb: str, now: datetime
-) -> None:
+    session: Session, instance: InstanceModel, desired: DesiredState, reason: str, now: datetime
+) -> bool:
+    """Switch to the status the request leads to, if no I/O is needed first;
+    False if the status stays (the reconciler gets there)."""
     status = instance.status
     if desired == DesiredState.RUNNING and status in (S.STOPPED, S.FAILED):
-        switch_instance_status(session, instance, S.STARTING, f"{verb} requested", now)
+        switch_instance_status(session, instance, S.STARTING, reason, now)
     elif desired == DesiredState.STOPPED:
         unplaced = status in (S.STARTING, S.MIGRATING) and not instance.placed
         if status in (S.PENDING, S.FAILED) or unplaced:
             instance.placed = False
-            switch_instance_status(session, instance, S.STOPPED, "stop requested", now)
+            switch_instance_status(session, instance, S.STOPPED, reason, now)
         elif status in (S.RUNNING, S.CREATING, S.STARTING, S.MIGRATING):
-            switch_instance_status(session, instance, S.STOPPING, "stop requested", now)
+            switch_instance_status(session, instance, S.STOPPING, reason, now)
+        else:
+            return False
     elif desired == DesiredState.DELETED and status != S.DELETING:
-        switch_instance_status(session, instance, S.DELETING, "delete requested", now)
+        switch_instance_status(session, instance, S.DELETING, reason, now)
+    else:
+        return False
+    return True
+
+
+def request_stop(session: Session, instance: InstanceModel, reason: str, now: datetime) -> bool:
+    """The ordinary stop, asked by someone other than the owner (an admin
+    disabling them): GPUs released, container and data kept. The reason is
+    on the instance's timeline either way. False if it was not to run."""
+    if instance.desired_state != DesiredState.RUNNING:
+        return False
+    instance.desired_state = DesiredState.STOPPED
+    instance.updated_at = now
+    leased = _is_leased(instance, now)
+    if leased or not _switch_for_request(session, instance, DesiredState.STOPPED, reason, now):
+        record_instance_note(session, instance, reason, now)  # the worker's stop follows
+    return True
+
+
+def request_delete(session: Session, instance: InstanceModel, reason: str, now: datetime) -> None:
+    """The ordinary delete: the reconciler removes the container, the data
+    volume and any committed system disk."""
+    if instance.status == S.DELETED:
+        return
+    instance.desired_state = DesiredState.DELETED
+    if not _is_leased(instance, now) and instance.status != S.DELETING:
+        switch_instance_status(session, instance, S.DELETING, reason, now)
 
 
 def start_instance(
@@ -352,11 +397,7 @@ def delete_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceM
     now = ctx.clock()
     with ctx.sessions.begin() as session:
         instance = _load(session, user, ref, lock=True)
-        if instance.status == S.DELETED:
-            return instance
-        instance.desired_state = DesiredState.DELETED
-        if not _is_leased(instance, now) and instance.status != S.DELETING:
-            switch_instance_status(session, instance, S.DELETING, "delete requested", now)
+        request_delete(session, instance, "delete requested", now)
     ctx.wake_reconciler()
     return instance
 

@@ -17,6 +17,7 @@ from gpudock.db.models import (
     SshSessionModel,
     SshSessionOutcome,
     UserModel,
+    UserState,
 )
 from gpudock.errors import Conflict, Forbidden, NotFound
 from gpudock.runtime.base import STDERR as STDERR  # re-exported: the gateway
@@ -75,12 +76,17 @@ class Attempt:
 
 # -- authorisation ------------------------------------------------------------------
 def authorize(ctx: ServiceContext, login: str, fingerprint: str) -> Grant:
-    """Grant the key's owner the instance named by `login` (an instance id, or a
-    name among the owner's instances) if they own it or are an admin."""
+    """Grant the key's owner, if active, the instance named by `login` (an instance
+    id, or a name among the owner's instances) if they own it or are an admin."""
     try:
         key, owner = ssh_keys.find_by_fingerprint(ctx, fingerprint)
     except NotFound as exc:
         raise AccessRefused(f"the key {fingerprint} is not registered to any user") from exc
+    if owner.state != UserState.ACTIVE:  # deleted users' keys are gone; this is disabled
+        raise AccessRefused(
+            f"the key belongs to {owner.name}, whose account is {owner.state.value}",
+            user_id=owner.id,
+        )
     if key.verified_at is None and ctx.settings.ssh_unverified_keys == "refuse":
         raise AccessRefused(
             f"the key {fingerprint} of {owner.name} was never proven to be theirs (it was "

@@ -39,6 +39,7 @@ class OptionalPage:
 
 OPTIONAL_PAGES = (
     OptionalPage("ssh_keys", "SSH keys", "/ssh-keys", "gpudock.services.ssh_keys"),
+    OptionalPage("tokens", "API tokens", "/tokens", "gpudock.services.tokens"),
     OptionalPage("billing", "Billing", "/billing", "gpudock.services.billing"),
     OptionalPage("images", "Images", "/images", "gpudock.services.images"),
     OptionalPage(

@@ -156,6 +156,36 @@ ZH_CN: dict[str, str] = {
     "Instance": "实例",
     "NUMA": "NUMA",
     "Create user": "创建用户",
+    "active": "正常",
+    "disabled": "已停用",
+    "expired": "已过期",
+    "revoked": "已吊销",
+    "Disable": "停用",
+    "Enable": "启用",
+    "reason (optional)": "原因（可选）",
+    "with their instances and data": "连同其实例与数据",
+    "Deleting a user:": "删除用户：",
+    "Delete this user? This cannot be undone.": "确定删除该用户吗？此操作不可撤销。",
+    "Disable this user? Their tokens, console sessions and SSH keys stop working at once; "
+    "their instances stop (data kept).": (
+        "确定停用该用户吗？其 API 令牌、控制台会话和 SSH 密钥立即失效；其实例将关机（数据保留）。"
+    ),
+    # API tokens
+    "API tokens": "API 令牌",
+    "Expires": "过期时间",
+    "never": "永不",
+    "in {d}": "{d} 后",
+    "Revoke": "吊销",
+    "No tokens.": "没有令牌。",
+    "Create a token": "创建令牌",
+    "Create token": "创建令牌",
+    "Use it with": "使用方法",
+    "Token {name} created. Copy it now: it is not shown again.": (
+        "令牌 {name} 已创建。请立即复制：它不会再次显示。"
+    ),
+    "Revoke this token? Anything using it stops working at once.": (
+        "确定吊销该令牌吗？所有使用它的程序将立即失效。"
+    ),
     "Admin": "管理员",
     "yes": "是",
     "optional: lets the user log in to this console": "可选：设置后用户可登录控制台",

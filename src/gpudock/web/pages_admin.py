@@ -1,4 +1,4 @@
-"""Operator pages (admins only): hosts and GPUs with their tenants; users."""
+"""Operator pages (admins only): hosts and GPUs with their tenants; users and their states."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
 
+from gpudock.billing.money import format_amount
 from gpudock.errors import Conflict, InvalidRequest, NotFound
 from gpudock.gpu.xid import XID_RULES
-from gpudock.services import accounts, inventory, overview, users
+from gpudock.services import accounts, inventory, overview, user_states, users
 from gpudock.services.accounts import WebSession
 from gpudock.services.context import ServiceContext
 from gpudock.web import extensions
@@ -44,11 +45,24 @@ def _users_page(
     ctx: Context,
     viewer: WebSession,
     status_code: int = 200,
-    **values: object,
+    **extra: object,
 ) -> Response:
-    values = {"created": None, "token": None, "error": None, **values}
+    values: dict[str, object] = {
+        "created": None,
+        "token": None,
+        "error": None,
+        "done": None,
+        "action_error": None,
+    }
+    values.update(extra)
     return render(
-        request, "admin_users.html", viewer, status_code, users=users.list_users(ctx), **values
+        request,
+        "admin_users.html",
+        viewer,
+        status_code,
+        users=users.list_users(ctx),
+        retention=user_states.RETENTION,
+        **values,
     )
 
 
@@ -75,3 +89,46 @@ def create_user(
     except (InvalidRequest, Conflict, NotFound) as exc:
         return _users_page(request, ctx, viewer, 422, error=exc.message, name=name)
     return _users_page(request, ctx, viewer, 201, created=created.user.name, token=created.token)
+
+
+@router.post("/users/{name}/disable")
+def disable_user(
+    request: Request,
+    ctx: Context,
+    viewer: AdminCsrfViewer,
+    name: str,
+    reason: Annotated[str, Form(max_length=user_states.MAX_REASON)] = "",
+) -> Response:
+    change = user_states.disable_user(ctx, viewer.user, name, reason or None)
+    stopped = ", ".join(change.instances)
+    done = f"{name} is disabled; " + (
+        f"stopping {stopped} (data kept)" if stopped else "no instance was running"
+    )
+    return _users_page(request, ctx, viewer, done=done)
+
+
+@router.post("/users/{name}/enable")
+def enable_user(request: Request, ctx: Context, viewer: AdminCsrfViewer, name: str) -> Response:
+    user_states.enable_user(ctx, viewer.user, name)
+    done = f"{name} is enabled; their instances stay stopped until they start them"
+    return _users_page(request, ctx, viewer, done=done)
+
+
+@router.post("/users/{name}/delete")
+def delete_user(
+    request: Request,
+    ctx: Context,
+    viewer: AdminCsrfViewer,
+    name: str,
+    force: Annotated[bool, Form()] = False,
+) -> Response:
+    """A refusal (instances without force, oneself) is shown on the page, not as an error page."""
+    try:
+        deletion = user_states.delete_user(ctx, viewer.user, name, force=force)
+    except Conflict as exc:
+        return _users_page(request, ctx, viewer, 409, action_error=exc.message)
+    gone = ", ".join(deletion.change.instances)
+    balance = f"{format_amount(deletion.balance)} {ctx.settings.currency}"
+    done = f"{name} is deleted" + (f"; deleting {gone} with their data" if gone else "")
+    done += f"; balance kept in the ledger: {balance}"
+    return _users_page(request, ctx, viewer, done=done)

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse
 from gpudock.errors import InvalidRequest, Unauthenticated
 from gpudock.services import accounts
 from gpudock.services.accounts import NewWebSession, WebSession
+from gpudock.services.user_states import AccountDisabled
 from gpudock.web.deps import (
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
@@ -83,6 +84,8 @@ def login(
         opened = accounts.log_in(ctx, username, password)
     except Unauthenticated as exc:
         return _login_page(request, ctx, safe_next(next_url), exc.message, 401)
+    except AccountDisabled as exc:
+        return _login_page(request, ctx, safe_next(next_url), exc.message, 403)
     response = redirect(safe_next(next_url))
     _start_session(response, ctx, opened)
     response.delete_cookie(LOGIN_CSRF_COOKIE, path="/")

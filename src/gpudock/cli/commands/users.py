@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import os
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
+from rich.text import Text
 
 from gpudock.cli import output
 from gpudock.cli.client import EXIT_USAGE, ApiClient, CliError, connect, resolve_config
 from gpudock.cli.config import TOKEN_ENV, URL_ENV, ConfigError, normalize_url, save_config
 
-app = typer.Typer(help="Users and their API tokens (admin).", no_args_is_help=True)
+app = typer.Typer(
+    help="Users: create, list, disable, enable, delete (admin).", no_args_is_help=True
+)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+NameArg = Annotated[str, typer.Argument(help="The user's name.")]
+STATE_STYLES = {"active": "green", "disabled": "yellow", "deleted": "dim"}
+DELETE_QUESTION = (
+    "Delete user {name}{instances}? Deleted: {what}SSH keys, console password and "
+    "sessions; API tokens revoked. Kept: ledger postings and balance, instance records "
+    "and events, the SSH audit, private images; the name stays taken."
+)
 
 
 def login(
@@ -93,22 +104,97 @@ def set_password(
 
 
 @app.command("list")
-def list_users(json_output: JsonFlag = False) -> None:
+def list_users(
+    all_users: Annotated[bool, typer.Option("--all", help="Also list deleted users.")] = False,
+    json_output: JsonFlag = False,
+) -> None:
     """List users (admin)."""
     with connect() as client:
-        users = client.get("/users")
+        users = client.get("/users" + ("?include_deleted=true" if all_users else ""))
     if json_output:
         output.print_json(users)
         return
-    grid = output.table("ID", "NAME", "ADMIN", "CREATED")
-    output.add_rows(
-        grid,
-        (
-            (u["id"], u["name"], "yes" if u["is_admin"] else "", output.when(u["created_at"]))
-            for u in users
-        ),
-    )
+    grid = output.table("ID", "NAME", "ADMIN", "STATE", "CREATED")
+    output.add_rows(grid, (_row(u) for u in users))
     output.show(grid)
+
+
+def _row(user: dict[str, Any]) -> list[str | Text]:
+    state = user["state"] + (f" ({user['state_reason']})" if user["state_reason"] else "")
+    return [
+        user["id"],
+        user["name"],
+        "yes" if user["is_admin"] else "",
+        Text(state, style=STATE_STYLES.get(user["state"], "")),
+        output.when(user["created_at"]),
+    ]
+
+
+def _user_path(name: str, action: str = "") -> str:
+    return f"/users/{quote(name, safe='')}" + (f"/{action}" if action else "")
+
+
+@app.command("disable")
+def disable(
+    name: NameArg,
+    reason: Annotated[str | None, typer.Option(help="Why; shown to them and in events.")] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Disable a user: their tokens, console sessions and SSH keys stop working at
+    once, and their instances stop (GPUs released, containers and data kept)."""
+    with connect() as client:
+        done = client.post(_user_path(name, "disable"), {"reason": reason} if reason else {})
+    if json_output:
+        output.print_json(done)
+        return
+    stopped = done["instances"]
+    output.print_message(
+        f"Disabled {_who(done['user'])}; "
+        + (f"stopping {', '.join(stopped)} (data kept)" if stopped else "no instance was running")
+    )
+    output.print_note(f"`gpudock users enable {name}` gives access back; instances stay stopped.")
+
+
+@app.command("enable")
+def enable(name: NameArg, json_output: JsonFlag = False) -> None:
+    """Give a disabled user access back; their instances stay stopped until started."""
+    with connect() as client:
+        user = client.post(_user_path(name, "enable"))
+    if json_output:
+        output.print_json(user)
+        return
+    output.print_message(
+        f"Enabled {_who(user)}; their instances stay stopped until they start them"
+    )
+
+
+@app.command("delete")
+def delete(
+    name: NameArg,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also delete their instances and data volumes.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Delete a user (refused while they have instances, unless --force)."""
+    if not yes:
+        instances = " and their instances" if force else ""
+        what = "their instances with containers and data volumes, " if force else ""
+        question = DELETE_QUESTION.format(name=name, instances=instances, what=what)
+        typer.confirm(question, abort=True, err=True)
+    with connect() as client:
+        deleted = client.delete(_user_path(name) + ("?force=true" if force else ""))
+    if json_output:
+        output.print_json(deleted)
+        return
+    gone = deleted["instances"]
+    output.print_message(
+        f"Deleted {_who(deleted['user'])}"
+        + (f"; deleting {', '.join(gone)} with their data" if gone else "")
+        + f"; balance kept in the ledger: {deleted['balance']}"
+    )
+    output.print_note(deleted["retention"])
 
 
 def _who(user: dict[str, Any]) -> str:

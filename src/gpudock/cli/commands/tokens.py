@@ -1,0 +1,123 @@
+"""`gpudock tokens create|list|revoke`: your own named API tokens."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import typer
+from rich.text import Text
+
+from gpudock.cli import output
+from gpudock.cli.client import connect
+
+app = typer.Typer(
+    help="Your API tokens: named, optionally expiring, revocable.", no_args_is_help=True
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+_DURATION = re.compile(r"\d+[A-Za-z]+")
+STATE_STYLES = {"active": "green", "expired": "yellow", "revoked": "dim"}
+
+
+def expiry_body(value: str | None) -> dict[str, str]:
+    """`--expires` as the API takes it: a duration ('90d') or a time; a time
+    without a zone is local time, as the CLI prints times."""
+    if value is None:
+        return {}
+    if _DURATION.fullmatch(value):
+        return {"expires_in": value}  # the server says which units it takes
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(
+            "use a duration (30m, 12h, 90d, 2w) or a date and time "
+            "(2026-12-31, 2026-12-31T18:00, 2026-12-31T18:00:00Z)",
+            param_hint="'--expires'",
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return {"expires_at": moment.isoformat()}
+
+
+@app.command("create")
+def create(
+    name: Annotated[str, typer.Argument(help="A name you will know it by, e.g. laptop or ci.")],
+    expires: Annotated[
+        str | None,
+        typer.Option(
+            "--expires",
+            metavar="WHEN",
+            help="A duration (30m, 12h, 90d, 2w) or a date/time (local unless a zone is "
+            "given); default: never.",
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Create a token for yourself and print it (shown this one time only)."""
+    body = {"name": name, **expiry_body(expires)}
+    with connect() as client:
+        created = client.post("/tokens", body)
+    if json_output:
+        output.print_json(created)
+        return
+    until = (
+        f"expires {output.when(created['expires_at'])}"
+        if created["expires_at"]
+        else "never expires"
+    )
+    output.print_message(f"Created token {created['name']} [{created['id']}], {until}:")
+    typer.echo(created["token"])  # plain, so that it copies and pipes cleanly
+    output.print_note(
+        "This token is not shown again; gpudock keeps only its digest. "
+        f"Use it with: gpudock login {client.url} --token <token> (or GPUDOCK_TOKEN)"
+    )
+
+
+@app.command("list")
+def list_tokens(
+    all_tokens: Annotated[bool, typer.Option("--all", help="Also list revoked tokens.")] = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """List your tokens; * marks the one this CLI uses."""
+    with connect() as client:
+        found = client.get("/tokens" + ("?include_revoked=true" if all_tokens else ""))
+    if json_output:
+        output.print_json(found)
+        return
+    grid = output.table("", "ID", "NAME", "STATE", "CREATED", "EXPIRES", "LAST USED")
+    output.add_rows(grid, (_row(t) for t in found))
+    output.show(grid)
+
+
+def _row(token: dict[str, Any]) -> list[str | Text]:
+    return [
+        "*" if token["current"] else "",
+        token["id"],
+        token["name"],
+        Text(token["state"], style=STATE_STYLES.get(token["state"], "")),
+        output.when(token["created_at"]),
+        output.when(token["expires_at"]) if token["expires_at"] else "never",
+        output.when(token["last_used_at"]),
+    ]
+
+
+@app.command("revoke")
+def revoke(
+    ref: Annotated[str, typer.Argument(metavar="TOKEN", help="Token id or name.")],
+    json_output: JsonFlag = False,
+) -> None:
+    """Revoke one of your tokens; it stops working at once."""
+    with connect() as client:
+        revoked = client.delete(f"/tokens/{quote(ref, safe='')}")
+    if json_output:
+        output.print_json(revoked)
+        return
+    output.print_message(f"Revoked token {revoked['name']} [{revoked['id']}]")
+    if revoked["current"]:
+        output.print_note(
+            "That was the token this CLI uses: log in with another one "
+            f"(gpudock login {client.url} --token <token>)"
+        )
