@@ -9,7 +9,8 @@ with_tests=0
 [ "${1:-}" = "--tests" ] && with_tests=1
 
 packages=(docker.io debootstrap ca-certificates curl openssh-client)  # ssh, ssh-keygen: the demo's key
-[ $with_tests = 1 ] && packages+=(postgresql openssh-client rsync)  # SSH gateway tests: rsync
+packages+=(xfsprogs iptables)  # an XFS data root with quotas (system-disk sizes); the host firewall
+[ $with_tests = 1 ] && packages+=(postgresql openssh-client rsync btrfs-progs)  # rsync: SSH tests; btrfs: a capped engine
 # The console's browser tests drive Debian's Chromium through Playwright (never `playwright install`).
 [ $with_tests = 1 ] && packages+=(chromium fonts-noto-cjk)
 python3 -c 'import venv, ensurepip' 2>/dev/null || packages+=(python3-venv)
@@ -23,9 +24,37 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# The engine caps a container's system disk (`--storage-opt size=`) only where its
+# storage driver can: overlay2 over XFS mounted with pquota. When this script
+# starts dockerd and the kernel has XFS quotas, its data root is such a file
+# system in a sparse file; otherwise (GPUDOCK_DOCKER_QUOTA=0, or no XFS quotas,
+# as on these CI machines) gpudock's watchdog enforces system-disk sizes.
+# (btrfs with quotas also caps, but its cleaner spends seconds of CPU per
+# removed container: not a data root for a busy host.)
+quota_data_root() {
+    local root=/var/lib/gpudock/docker image=/var/lib/gpudock/docker.xfs
+    mountpoint -q "$root" && { echo "$root"; return 0; }
+    mkdir -p "$root"
+    [ -f "$image" ] || { truncate -s "${GPUDOCK_DOCKER_DISK_SIZE:-64G}" "$image" && mkfs.xfs -q "$image" >&2; }
+    if ! mount -o loop,pquota "$image" "$root" 2>/dev/null; then
+        rm -f "$image"  # this kernel has no XFS quotas
+        return 1
+    fi
+    echo "$root"
+}
+
 if ! docker info >/dev/null 2>&1; then
     echo "==> starting dockerd"
-    (setsid dockerd >/var/log/gpudock-dockerd.log 2>&1 &)
+    dockerd_args=()
+    if [ "${GPUDOCK_DOCKER_QUOTA:-1}" = 1 ]; then
+        if root=$(quota_data_root); then
+            dockerd_args+=(--data-root "$root")
+            echo "==> dockerd's data root is XFS with project quotas: $root"
+        else
+            echo "==> no XFS quotas in this kernel: system disks are watched, not capped"
+        fi
+    fi
+    (setsid dockerd "${dockerd_args[@]}" >/var/log/gpudock-dockerd.log 2>&1 &)
     for _ in $(seq 1 120); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
     docker info >/dev/null 2>&1 || { tail -20 /var/log/gpudock-dockerd.log; echo "dockerd did not start"; exit 1; }
 fi

@@ -113,6 +113,23 @@ class Settings(BaseSettings):
     no_gpu_memory_gb: int = Field(default=4, gt=0)
     default_disk_gb: int = Field(default=50, gt=0)
     max_disk_gb: int = Field(default=10_000, gt=0)
+    system_disk_gb: int = Field(
+        default=30,
+        gt=0,
+        description="Default size of an instance's system disk (its image "
+        "plus what is written outside /root/data), as AutoDL's 30 GB.",
+    )
+    max_system_disk_gb: int = Field(default=1000, gt=0)
+    system_disk_enforce: str = Field(
+        default="auto",
+        pattern="^(auto|watchdog)$",
+        description="'auto': the engine's own limit (overlay2 size= on XFS with pquota) "
+        "where it has one, else the watchdog; 'watchdog': measure the writable layer, "
+        "warn at 90 % and stop (never delete) an instance over its size.",
+    )
+    system_disk_check_interval_s: float = Field(
+        default=120.0, gt=0, description="How often the watchdog measures system disks."
+    )
 
     # -- web console (issue 8) ---------------------------------------------
     session_cookie_secure: bool = Field(

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.db.models import SshKeyModel
-from gpudock.services import ssh_key_proof, ssh_keys, users
+from gpudock.services import ssh_key_proof, ssh_keys, tokens, users
 from gpudock.services.context import utc_now
 from gpudock.services.platform import Platform
 from tests.conftest import PlatformFactory
@@ -216,7 +216,7 @@ def _legacy_key(platform: Platform, owner_id: str, key: Path) -> SshKeyModel:
 
 
 def _user_id(platform: Platform, tenant: Tenant) -> str:
-    return users.authenticate(platform.ctx, tenant.token).id
+    return tokens.authenticate(platform.ctx, tenant.token).user.id
 
 
 def test_an_unproven_key_is_listed_so_and_its_owner_proves_it_in_place(

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
 from gpudock.runtime.docker import ALLOWED_CAPABILITIES, DockerRuntime
-from gpudock.services import containers
+from gpudock.services import containers, system_disks
 from gpudock.services.platform import Platform
 from gpudock.services.reconciler import collect_garbage
 from tests.conftest import PlatformFactory
@@ -190,6 +190,15 @@ HOST_FILES_ALLOWED = {"/etc/resolv.conf", "/etc/hostname", "/etc/hosts"}
 INIT_PATHS = {"/sbin/docker-init", "/usr/sbin/docker-init", "/dev/init"}
 
 
+def _own_btrfs_root(mount: dict[str, str]) -> bool:
+    """The btrfs driver mounts each container's root as a subvolume of its own."""
+    return (
+        mount["at"] == "/"
+        and mount["type"] == "btrfs"
+        and mount["root"].startswith("/btrfs/subvolumes/")
+    )
+
+
 def test_no_docker_socket_or_host_paths_are_visible(
     real: Platform, api: TestClient, engine: docker.DockerClient, carol: Tenant
 ) -> None:
@@ -198,16 +207,18 @@ def test_no_docker_socket_or_host_paths_are_visible(
     assert seen["sockets"] == [], "a socket is reachable from inside (the engine's?)"
     assert seen["block_devices"] == [], "a host disk is visible under /dev"
     # Everything from the host's disks: the engine's per-container files, its
-    # init, and the tenant's own data volume (an ext4 loop file system of its own).
+    # init, the tenant's own data volume (an ext4 loop file system of its own),
+    # and — with the btrfs storage driver — the container's own root subvolume.
     unexpected = [
         m
         for m in seen["host_mounts"]
         if m["at"] not in HOST_FILES_ALLOWED | INIT_PATHS | {containers.DATA_MOUNT}
+        and not _own_btrfs_root(m)
     ]
     assert not unexpected, f"host paths mounted into a tenant: {unexpected}"
     for mount in seen["host_mounts"]:
         if mount["at"] in HOST_FILES_ALLOWED:
-            assert mount["root"].startswith(f"/var/lib/docker/containers/{container.id}/")
+            assert f"/containers/{container.id}/" in mount["root"], mount
     [data] = [m for m in seen["host_mounts"] if m["at"] == containers.DATA_MOUNT]
     assert (data["type"], data["root"]) == ("ext4", "/data") and "loop" in data["source"]
     # Its own PID namespace: PID 1 is the container's init, and no host process shows.
@@ -447,6 +458,36 @@ def test_filling_the_data_disk_stops_at_the_quota(
     assert sh(container, "echo ok > /root/outside && cat /root/outside") == (0, "ok")
     freed = "rm /root/data/fill && echo again > /root/data/f && cat /root/data/f"
     assert sh(container, freed) == (0, "again")
+
+
+def test_the_watchdog_stops_an_instance_over_its_system_disk(
+    platform_factory: PlatformFactory, engine: docker.DockerClient, tmp_path: Path
+) -> None:
+    """Where the engine has no limit: measured, then stopped — container and data kept."""
+    runtime = DockerRuntime(volume_root=tmp_path / "volumes")
+    watched = platform_factory(runtime=runtime, system_disk_enforce="watchdog")
+    try:
+        api = TestClient(create_app(watched, run_reconciler=False))
+        erin = make_tenant(watched, "erin")
+        container = launch(watched, api, engine, erin, name="big", system_disk_gb=1)
+        assert sh(container, "echo keep > /root/data/marker")[0] == 0
+        code, output = sh(container, "dd if=/dev/zero of=/var/tmp/fill bs=4M count=300 2>&1")
+        assert code == 0, output  # 1.2 GB: nothing stops the write itself here
+        stopped = system_disks.check_system_disks(watched.ctx, system_disks.DiskWatch())
+        assert stopped == [container.labels["gpudock.instance"]]
+        watched.reconciler.drain()
+        shown = api.get(f"{API}/instances/big", headers=erin.headers).json()
+        assert shown["status"] == "stopped", shown
+        events = api.get(f"{API}/instances/big/events", headers=erin.headers).json()
+        assert any("over its 1.0 GB" in e["message"] for e in events), events
+        container.reload()
+        assert container.status == "exited"  # kept, not removed
+        api.post(f"{API}/instances/big/start", headers=erin.headers)
+        watched.reconciler.drain()
+        again = engine.containers.get(container.id)
+        assert sh(again, "cat /root/data/marker") == (0, "keep")
+    finally:
+        remove_cluster_objects(engine, watched.ctx.cluster_id)
 
 
 def test_a_quota_volume_survives_stop_start_and_a_lost_mount(

@@ -192,6 +192,13 @@ class InstanceCreateRequest(BaseModel):
     cpu: float | None = Field(default=None, gt=0, le=1024, allow_inf_nan=False)
     memory_gb: int | None = Field(default=None, ge=1, le=65536)
     disk_gb: int | None = Field(default=None, ge=1, le=1_000_000)
+    system_disk_gb: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="The system disk (image + everything outside /root/data); "
+        "default GPUDOCK_SYSTEM_DISK_GB (30)",
+    )
     env: Annotated[dict[str, str], WithJsonSchema(ENV_SCHEMA)] = Field(
         default_factory=dict, max_length=128
     )
@@ -212,6 +219,7 @@ class InstancePublic(BaseModel):
     cpu: float
     memory_gb: int
     disk_gb: int
+    system_disk_gb: int
     container_id: str | None
     created_at: datetime
     updated_at: datetime

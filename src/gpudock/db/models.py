@@ -218,6 +218,8 @@ class InstanceModel(Base):
     cpu: Mapped[float] = mapped_column(Float)
     memory_gb: Mapped[int] = mapped_column(Integer)
     disk_gb: Mapped[int] = mapped_column(Integer)
+    # The system disk's size; None: rows from before it was recorded (the setting's default).
+    system_disk_gb: Mapped[int | None] = mapped_column(Integer, nullable=True)
     status: Mapped[InstanceStatus] = mapped_column(
         _enum_column(InstanceStatus),
         comment="written only by services.instances.switch_instance_status()",

@@ -53,6 +53,7 @@ class ContainerSpec:
     volume_name: str
     volume_mount: str = "/root/data"
     stop_timeout_s: int = 5
+    system_disk_gb: int | None = None  # the writable layer's size, where the engine limits it
     # The tenant's own bridge network (created on demand with `network_labels`);
     # empty: the engine's default network (tests and tools only).
     network: str = ""
@@ -230,6 +231,16 @@ class Runtime(Protocol):
 
     def list_networks(self, labels: dict[str, str]) -> list[NetworkState]:
         """All networks carrying every given label."""
+        ...
+
+    def limits_system_disks(self) -> bool:
+        """True if the engine itself caps a container's writable layer at
+        `ContainerSpec.system_disk_gb` (writes past it fail with ENOSPC)."""
+        ...
+
+    def writable_layer_bytes(self, container_id: str) -> int | None:
+        """What the container wrote outside its volumes (its system disk's use);
+        None if it does not exist. Costs a walk of the layer: call it rarely."""
         ...
 
     def commit_container(

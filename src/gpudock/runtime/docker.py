@@ -55,6 +55,7 @@ ALLOWED_CAPABILITIES = (
     "NET_BIND_SERVICE",
 )
 KEEPALIVE_COMMAND = ["sleep", "infinity"]
+BASE_PROBE_IMAGE = "gpudock/base:bookworm"  # any image will do: the probe is never started
 ENGINE_NETWORKS = frozenset({"", "default", "bridge", "host", "none"})
 MAX_SHM_MB = 16 * 1024
 
@@ -82,6 +83,7 @@ class DockerRuntime:
             else:
                 self._client = docker.from_env(timeout=int(timeout_s), max_pool_size=pool_size)
         self._engine_cpus: int | None = None
+        self._size_opt: bool | None = None  # does the engine honour storage_opt size=?
         self._seen_images: set[str] = set()
         self._loop = LoopVolumes(volume_root, timeout_s) if volume_root else None
         self._network_locks: dict[str, threading.Lock] = {}
@@ -244,6 +246,8 @@ class DockerRuntime:
         }
         if spec.network:
             kwargs["network"] = spec.network
+        if spec.system_disk_gb and self.limits_system_disks():
+            kwargs["storage_opt"] = {"size": f"{spec.system_disk_gb}G"}
         if spec.real_gpus and spec.gpu_uuids:
             kwargs["device_requests"] = [
                 DeviceRequest(
@@ -251,6 +255,33 @@ class DockerRuntime:
                 )
             ]
         return kwargs
+
+    def limits_system_disks(self) -> bool:
+        """Probed once: overlay2 honours `size=` only over XFS mounted with pquota,
+        btrfs with quotas on, and the engine says so only by refusing (or not) a
+        container that asks for it."""
+        if self._size_opt is None:
+            self._size_opt = self._probe_size_opt()
+        return self._size_opt
+
+    def _probe_size_opt(self) -> bool:
+        with _translated("probe the engine's storage options"):
+            try:
+                probe = self._client.api.create_container(
+                    BASE_PROBE_IMAGE,
+                    command=["true"],
+                    host_config=self._client.api.create_host_config(storage_opt={"size": "1G"}),
+                    labels={LABEL_MANAGED: "true"},
+                )
+            except docker.errors.APIError:
+                return False
+            self._client.api.remove_container(probe["Id"], force=True)
+        return True
+
+    def writable_layer_bytes(self, container_id: str) -> int | None:
+        with _translated(f"measure container {container_id}"):
+            found = self._client.api.containers(all=True, size=True, filters={"id": container_id})
+        return int(found[0].get("SizeRw") or 0) if found else None
 
     def _cpus(self) -> int:
         # The engine refuses a CPU limit above its own core count.

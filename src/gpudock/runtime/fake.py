@@ -51,6 +51,8 @@ class FakeUsage:
 class FakeRuntime:
     images: set[str] = field(default_factory=lambda: {"gpudock/base:bookworm"})
     image_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    system_disk_quota: bool = False  # the engine's own limit; False: the watchdog's job
+    writable_bytes: dict[str, int] = field(default_factory=dict)  # by container id
     pullable: set[str] = field(default_factory=set)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     containers: dict[str, _Container] = field(default_factory=dict)
@@ -209,6 +211,13 @@ class FakeRuntime:
         return [
             c.state for c in self.containers.values() if labels.items() <= c.state.labels.items()
         ]
+
+    def limits_system_disks(self) -> bool:
+        return self.system_disk_quota
+
+    def writable_layer_bytes(self, container_id: str) -> int | None:
+        found = self._find(container_id)
+        return None if found is None else self.writable_bytes.get(found.state.id, 0)
 
     def commit_container(
         self, container_id: str, repository: str, tag: str, labels: dict[str, str] | None = None

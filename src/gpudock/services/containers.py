@@ -107,6 +107,10 @@ def build_spec(
         volume_name=data_volume_of(cluster_id, instance),
         volume_mount=DATA_MOUNT,
         stop_timeout_s=settings.stop_timeout_s,
+        # 'watchdog' measures instead of asking the engine to cap (see system_disks).
+        system_disk_gb=(instance.system_disk_gb or settings.system_disk_gb)
+        if settings.system_disk_enforce == "auto"
+        else None,
         network=network_name(cluster_id, instance.user_id),
         network_labels=network_labels(cluster_id, instance.user_id),
     )

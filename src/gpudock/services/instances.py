@@ -111,6 +111,7 @@ class InstanceRequest:
     cpu: float | None = None
     memory_gb: int | None = None
     disk_gb: int | None = None
+    system_disk_gb: int | None = None
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -148,6 +149,7 @@ def create_instance(
                 cpu=size.cpu,
                 memory_gb=size.memory_gb,
                 disk_gb=size.disk_gb,
+                system_disk_gb=size.system_disk_gb,
                 desired_state=DesiredState.RUNNING,
                 env=_encode_env(request.env),
                 created_at=now,

@@ -29,7 +29,16 @@ from gpudock.db.models import (
 from gpudock.errors import GpudockError
 from gpudock.runtime.base import LABEL_BUILD, LABEL_OWNER, ContainerState
 from gpudock.scheduler.placement import HostCapacity, Placement, PlacementRequest, place
-from gpudock.services import billing, charging, containers, health, images, lifecycle, migration
+from gpudock.services import (
+    billing,
+    charging,
+    containers,
+    health,
+    images,
+    lifecycle,
+    migration,
+    system_disks,
+)
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import switch_instance_status
 from gpudock.services.inventory import capacity_snapshot
@@ -55,7 +64,9 @@ class Reconciler:
         self._last_gc = 0.0
         self._last_billing = 0.0
         self._last_gpu_health = 0.0
+        self._last_disks = 0.0
         self._health_watch = health.HealthWatch()
+        self._disk_watch = system_disks.DiskWatch()
 
     # -- lifecycle of the loop itself ---------------------------------------
     def start(self) -> None:
@@ -103,6 +114,9 @@ class Reconciler:
         if now - self._last_billing >= self._ctx.settings.billing_tick_s:  # issue 4
             self._last_billing = now
             charging.charge_pass(self._ctx)
+        if now - self._last_disks >= self._ctx.settings.system_disk_check_interval_s:
+            self._last_disks = now
+            system_disks.check_system_disks(self._ctx, self._disk_watch)
 
     def _submit(self, instance_id: str) -> None:
         with self._lock:

@@ -23,6 +23,7 @@ class Size:
     cpu: float
     memory_gb: int
     disk_gb: int
+    system_disk_gb: int
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ def resolve_size(session: Session, settings: Settings, request: InstanceRequest)
         cpu=_check_cpu(request.cpu, cpu, fitting),
         memory_gb=_check_memory(request.memory_gb, memory, fitting),
         disk_gb=_check_disk(request.disk_gb, settings),
+        system_disk_gb=_check_system_disk(request.system_disk_gb, settings),
     )
 
 
@@ -105,4 +107,13 @@ def _check_disk(asked: int | None, settings: Settings) -> int:
     value = settings.default_disk_gb if asked is None else asked
     if not 0 < value <= settings.max_disk_gb:
         raise InvalidRequest(f"disk_gb must be 1..{settings.max_disk_gb}", field="disk_gb")
+    return value
+
+
+def _check_system_disk(asked: int | None, settings: Settings) -> int:
+    value = settings.system_disk_gb if asked is None else asked
+    if not 0 < value <= settings.max_system_disk_gb:
+        raise InvalidRequest(
+            f"system_disk_gb must be 1..{settings.max_system_disk_gb}", field="system_disk_gb"
+        )
     return value

@@ -46,6 +46,7 @@ def _public(ctx: ServiceContext, v: InstanceView) -> InstancePublic:
         cpu=i.cpu,
         memory_gb=i.memory_gb,
         disk_gb=i.disk_gb,
+        system_disk_gb=i.system_disk_gb or ctx.settings.system_disk_gb,
         container_id=i.container_id,
         created_at=i.created_at,
         updated_at=i.updated_at,

@@ -20,9 +20,11 @@ def upgrade() -> None:
     with op.batch_alter_table("images") as batch_op:
         batch_op.add_column(sa.Column("engine_image_id", sa.String(length=80), nullable=True))
         batch_op.create_index("ix_images_engine_image_id", ["engine_image_id"])
+    op.add_column("instances", sa.Column("system_disk_gb", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("instances", "system_disk_gb")
     with op.batch_alter_table("images") as batch_op:
         batch_op.drop_index("ix_images_engine_image_id")
         batch_op.drop_column("engine_image_id")
