@@ -4,8 +4,8 @@ For what the suite's engine cannot show: its data root is the host's ext4,
 where no storage driver caps a container's writable layer. This one runs on a
 btrfs file system with quotas in a sparse file, so `--storage-opt size=` is
 enforced. It has its own data root, a short exec root (Unix socket paths are
-limited to 108 bytes), its own containerd, no default bridge and no iptables
-rules (the suite's engine owns those), and the base image copied in.
+limited to 108 bytes), its own containerd, a default bridge of its own, no
+iptables rules (the suite's engine owns those), and the base image copied in.
 """
 
 from __future__ import annotations
@@ -39,21 +39,28 @@ def btrfs_engine(workdir: Path, size: str = "6G") -> Iterator[str]:
     subprocess.run(["mount", "-o", "loop", str(image), str(root)], check=True)
     exec_root = Path(tempfile.mkdtemp(prefix="gde-", dir="/tmp"))
     socket = exec_root / "d.sock"
+    # Its own default bridge: with --bridge=none dockerd deletes any docker0,
+    # which is the suite's engine's.
+    bridge = "gdq" + exec_root.name.removeprefix("gde-")[:8].lower()
+    subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
     engine = None
     try:
         subprocess.run(["btrfs", "quota", "enable", str(root)], check=True, capture_output=True)
-        engine = _start(root, exec_root, socket, workdir / "dockerd.log")
+        engine = _start(root, exec_root, socket, bridge, workdir / "dockerd.log")
         _copy_base_image(f"unix://{socket}")
         yield f"unix://{socket}"
     finally:
         if engine is not None:
             _stop(engine, f"unix://{socket}")
         subprocess.run(["umount", "-R", str(root)], check=False, capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
         shutil.rmtree(exec_root, ignore_errors=True)
         image.unlink(missing_ok=True)
 
 
-def _start(root: Path, exec_root: Path, socket: Path, log: Path) -> subprocess.Popen[bytes]:
+def _start(
+    root: Path, exec_root: Path, socket: Path, bridge: str, log: Path
+) -> subprocess.Popen[bytes]:
     command = [
         "dockerd",
         f"--data-root={root}",
@@ -61,7 +68,7 @@ def _start(root: Path, exec_root: Path, socket: Path, log: Path) -> subprocess.P
         f"--pidfile={exec_root / 'd.pid'}",
         f"--host=unix://{socket}",
         "--storage-driver=btrfs",
-        "--bridge=none",
+        f"--bridge={bridge}",
         "--iptables=false",
         "--ip-masq=false",
     ]

@@ -25,18 +25,16 @@ from gpudock.db.models import (
     WebSessionModel,
 )
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import accounts, charging, ledger, ssh_keys, tokens
+from gpudock.services import accounts, charging, ledger, tokens
 from gpudock.services.platform import Platform, open_platform
 from gpudock.services.user_states import AccountDisabled
 from gpudock.settings import Settings
 from tests.billing.conftest import FakeClock
 from tests.factories import Tenant
+from tests.key_proof import add_with_proof, make_key
 from tests.web.conftest import CHEAP, PASSWORD
 
 API = "/api/v1"
-PUBLIC_KEY = (
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKXpzYDb6wmbNCeXhjE4NNa2gNK/STmsPH6bX7+PjDa3 alice@laptop"
-)
 ROUTES = [
     ("post", "/users/alice/disable"),
     ("post", "/users/alice/enable"),
@@ -245,6 +243,7 @@ def test_delete_removes_instances_and_credentials_and_keeps_the_ledger(
     clock: FakeClock,
     admin: Tenant,
     alice: Tenant,
+    tmp_path: Path,
 ) -> None:
     api(admin, "put", "/admin/prices", json={"gpu_model": "A100-80GB", "amount": "3.6"})
     api(admin, "post", "/admin/topups", json={"user": "alice", "amount": "100"})
@@ -252,7 +251,7 @@ def test_delete_removes_instances_and_credentials_and_keeps_the_ledger(
     clock.advance(600)
     charging.charge_pass(platform.ctx)
     owner = tokens.authenticate(platform.ctx, alice.token).user
-    ssh_keys.add_key(platform.ctx, owner, PUBLIC_KEY, None)
+    add_with_proof(platform.ctx, owner, make_key(tmp_path, "alice"))
     deleted = api(admin, "delete", "/users/alice?force=true")
     assert deleted["user"]["state"] == "deleted" and deleted["instances"] == [instance["id"]]
     assert "ledger postings" in deleted["retention"] and "name stays taken" in deleted["retention"]

@@ -20,6 +20,7 @@ from gpudock.runtime.docker import DockerRuntime
 from gpudock.services import containers
 from gpudock.services.platform import Platform
 from tests.conftest import PlatformFactory
+from tests.docker_helpers import remove_cluster_objects
 from tests.factories import make_tenant
 from tests.private_engine import btrfs_engine
 
@@ -34,9 +35,14 @@ def engine_url(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def capped(platform_factory: PlatformFactory, engine_url: str, tmp_path: Path) -> Platform:
+def capped(
+    platform_factory: PlatformFactory, engine_url: str, tmp_path: Path
+) -> Iterator[Platform]:
     runtime = DockerRuntime(engine_url, volume_root=tmp_path / "volumes", host_firewall=False)
-    return platform_factory(runtime=runtime)
+    platform = platform_factory(runtime=runtime)
+    yield platform
+    client = docker.DockerClient(base_url=engine_url, timeout=120)
+    remove_cluster_objects(client, platform.ctx.cluster_id)  # and the loop-mounted volume
 
 
 def test_writes_past_the_system_disk_fail_and_the_instance_runs_on(

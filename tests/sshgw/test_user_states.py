@@ -7,9 +7,10 @@ import pytest
 from sqlalchemy import select
 
 from gpudock.db.models import GpuAllocationModel, InstanceModel, InstanceStatus, SshSessionModel
-from gpudock.services import instances, ssh_keys, tokens, user_states, users
+from gpudock.services import instances, tokens, user_states, users
 from gpudock.services.instances import InstanceRequest
 from gpudock.services.user_states import AccountDisabled
+from tests.key_proof import add_with_proof
 from tests.sshgw.conftest import World, make_key, wait_for
 
 pytestmark = pytest.mark.docker
@@ -29,7 +30,7 @@ def test_disabling_a_user_refuses_their_key_and_stops_their_instance_keeping_dat
     carol = users.create_user(ctx, "carol")
     key = make_key(world.tmp, "carol")
     world.keys["carol"] = key
-    ssh_keys.add_key(ctx, carol.user, key.with_suffix(".pub").read_text(), None)
+    add_with_proof(ctx, carol.user, key)
     request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="thesis")
     instance = instances.create_instance(ctx, carol.user, request)
     world.drain_until(instance.id, InstanceStatus.RUNNING)
