@@ -44,13 +44,13 @@ import docker
 import docker.errors
 import httpx
 from sqlalchemy import select
-from tests.docker_helpers import assert_converged_on, docker_client, remove_cluster_objects
-from tests.server_process import ServerProcess, wait_settled
+from tests.support.docker import assert_converged_on, docker_client, remove_cluster_objects
+from tests.support.server_process import ServerProcess, wait_settled
 
 from gpudock.db.models import BillingIntervalModel, InstanceModel, InstanceStatus
 from gpudock.runtime.base import LABEL_INSTANCE
-from gpudock.services import containers
-from gpudock.services.ledger import verify_balances
+from gpudock.services.billing.postings import verify_balances
+from gpudock.services.instances import container_spec as containers
 
 FLEET = "1x8xA100-80GB"
 IMAGE = "gpudock/base:bookworm"

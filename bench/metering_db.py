@@ -36,12 +36,14 @@ from gpudock.db.models import (
     InstanceStatus,
     UserModel,
 )
+from gpudock.platform import open_platform
+from gpudock.reconcile import charging
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import charging, ledger, users
-from gpudock.services.billing import topup
+from gpudock.services.accounts import users
+from gpudock.services.billing import postings as ledger
+from gpudock.services.billing.balances import topup
 from gpudock.services.context import ServiceContext
-from gpudock.services.instances import switch_instance_status
-from gpudock.services.platform import open_platform
+from gpudock.services.instances.status import switch_instance_status
 from gpudock.settings import Settings
 
 S = InstanceStatus

@@ -52,7 +52,7 @@ from typing import Any
 
 import docker
 import httpx
-from tests.key_proof import post_with_proof
+from tests.support.key_proof import post_with_proof
 
 from bench.start_latency import BenchError, running_server
 

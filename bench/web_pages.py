@@ -26,14 +26,17 @@ from pathlib import Path
 
 from argon2 import PasswordHasher
 from fastapi.testclient import TestClient
-from tests.key_proof import add_with_proof, make_key
+from tests.support.key_proof import add_with_proof, make_key
 
 from gpudock.api.app import create_app
 from gpudock.billing.money import parse_amount
+from gpudock.platform import Platform, open_platform
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import accounts, billing, instances, users
-from gpudock.services.instances import InstanceRequest
-from gpudock.services.platform import Platform, open_platform
+from gpudock.services.accounts import logins as accounts
+from gpudock.services.accounts import users
+from gpudock.services.billing import balances as billing
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances.actions import InstanceRequest
 from gpudock.settings import Settings
 
 FLEET = "4x8xA100-80GB,2x4xRTX4090-24GB"

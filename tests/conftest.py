@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,24 +13,12 @@ from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
 from gpudock.db.engine import make_engine, migrate
+from gpudock.platform import Platform, open_platform
 from gpudock.runtime.base import Runtime
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services.platform import Platform, open_platform
 from gpudock.settings import Settings
-from tests.factories import Tenant, make_tenant
-
-POSTGRES_ENV = "GPUDOCK_TEST_POSTGRES_URL"
-FLEET = "1x4xA100-80GB,1x2xRTX4090-24GB"
-
-
-def postgres_admin_url() -> str:
-    url = os.environ.get(POSTGRES_ENV)
-    if not url:
-        pytest.fail(
-            f"{POSTGRES_ENV} is not set: the test command (scripts/test.sh) starts a local "
-            "PostgreSQL and sets it; run the suite through it"
-        )
-    return url
+from tests.support.factories import Tenant, make_tenant
+from tests.support.platforms import FLEET, POSTGRES_ENV, PlatformFactory, postgres_admin_url  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -71,9 +58,6 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
         return None  # the default: SQLite in the data dir
     url: str = request.getfixturevalue("postgres_url")
     return url
-
-
-PlatformFactory = Callable[..., Platform]
 
 
 @pytest.fixture

@@ -18,12 +18,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
+from gpudock.platform import Platform, open_platform
+from gpudock.reconcile import charging
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import charging, ledger
-from gpudock.services.platform import Platform, open_platform
+from gpudock.services.billing import postings as ledger
 from gpudock.settings import Settings
-from tests.billing.conftest import FakeClock
-from tests.factories import Tenant, make_tenant
+from tests.support.clocks import FakeClock
+from tests.support.factories import Tenant, make_tenant
 
 API = "/api/v1"
 FLEET = "1x4xA100-80GB,1x2xRTX4090-24GB"

@@ -41,9 +41,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
-from tests.conftest import PlatformFactory
-from tests.factories import make_tenant
-from tests.server_process import ServerProcess
+from tests.support.factories import make_tenant
+from tests.support.platforms import PlatformFactory
+from tests.support.server_process import ServerProcess
 
 FLEET = "1x4xA100-80GB,1x2xRTX4090-24GB"
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"

@@ -7,10 +7,10 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from gpudock.platform import Platform
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services.platform import Platform
 from tests.api.test_instances_api import API, act, create, show
-from tests.factories import Tenant
+from tests.support.factories import Tenant
 
 A100_HOST, RTX_HOST = "sim0-a100-80gb", "sim1-rtx4090-24gb"
 
@@ -260,7 +260,7 @@ def _app(platform: Platform) -> Any:
 
 
 def _tenants(platform: Platform) -> tuple[Tenant, Tenant]:
-    from tests.factories import make_tenant
+    from tests.support.factories import make_tenant
 
     assert platform.admin_token_path is not None
     token = platform.admin_token_path.read_text().strip()

@@ -24,13 +24,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.images.catalog import ImageSpec
+from gpudock.platform import Platform
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import images, instances, tokens
-from gpudock.services.instances import InstanceRequest
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.factories import Tenant
-from tests.key_proof import add_with_proof, make_key
+from gpudock.services.accounts import tokens
+from gpudock.services.images import catalog as images
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances.actions import InstanceRequest
+from tests.support.factories import Tenant
+from tests.support.key_proof import add_with_proof, make_key
+from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 TOOLS_IMAGE = "example/tools:1"

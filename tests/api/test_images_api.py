@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
 from gpudock.db.models import ImageModel
+from gpudock.platform import Platform
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.factories import Tenant, make_tenant
+from tests.support.factories import Tenant, make_tenant
+from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 CU128 = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gpudock.services.platform import Platform
-from tests.factories import Tenant
+from gpudock.platform import Platform
+from tests.support.factories import Tenant
 
 API = "/api/v1"
 

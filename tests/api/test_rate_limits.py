@@ -15,10 +15,10 @@ from limits import parse_many
 from pydantic import ValidationError
 
 from gpudock.api.app import create_app
-from gpudock.services.platform import Platform
+from gpudock.platform import Platform
 from gpudock.settings import Settings
-from tests.conftest import PlatformFactory
-from tests.factories import make_tenant
+from tests.support.factories import make_tenant
+from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 HERE = ("10.0.0.1", 40000)

@@ -15,12 +15,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.db.models import SshKeyModel
-from gpudock.services import ssh_key_proof, ssh_keys, tokens, users
+from gpudock.platform import Platform
+from gpudock.services.accounts import tokens, users
 from gpudock.services.context import utc_now
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.factories import Tenant
-from tests.key_proof import make_key, post_with_proof, public_text, sign
+from gpudock.services.ssh import key_proof as ssh_key_proof
+from gpudock.services.ssh import keys as ssh_keys
+from tests.support.factories import Tenant
+from tests.support.key_proof import make_key, post_with_proof, public_text, sign
+from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 

@@ -10,11 +10,12 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from gpudock.services import ssh_endpoint, ssh_sessions
-from gpudock.services.platform import Platform
-from gpudock.services.ssh_sessions import Attempt, Grant
-from tests.factories import Tenant
-from tests.key_proof import post_with_proof, public_text
+from gpudock.platform import Platform
+from gpudock.services.ssh import endpoint as ssh_endpoint
+from gpudock.services.ssh import sessions as ssh_sessions
+from gpudock.services.ssh.sessions import Attempt, Grant
+from tests.support.factories import Tenant
+from tests.support.key_proof import post_with_proof, public_text
 
 API = "/api/v1"
 ACCEPTED = {  # name → (ssh-keygen arguments, algorithm)

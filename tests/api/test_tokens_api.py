@@ -14,11 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
+from gpudock.platform import Platform, open_platform
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services.platform import Platform, open_platform
 from gpudock.settings import Settings
-from tests.billing.conftest import FakeClock
-from tests.factories import Tenant, make_tenant
+from tests.support.clocks import FakeClock
+from tests.support.factories import Tenant, make_tenant
 
 API = "/api/v1"
 ROUTES = [("post", "/tokens"), ("get", "/tokens"), ("delete", "/tokens/0123456789abcdef")]

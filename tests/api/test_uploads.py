@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 LIMIT_MB = 64
 CHUNK = b"\0" * 2**20

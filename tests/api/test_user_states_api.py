@@ -24,15 +24,18 @@ from gpudock.db.models import (
     SshKeyModel,
     WebSessionModel,
 )
+from gpudock.platform import Platform, open_platform
+from gpudock.reconcile import charging
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import accounts, charging, ledger, tokens
-from gpudock.services.platform import Platform, open_platform
-from gpudock.services.user_states import AccountDisabled
+from gpudock.services.accounts import logins as accounts
+from gpudock.services.accounts import tokens
+from gpudock.services.accounts.states import AccountDisabled
+from gpudock.services.billing import postings as ledger
 from gpudock.settings import Settings
-from tests.billing.conftest import FakeClock
-from tests.factories import Tenant
-from tests.key_proof import add_with_proof, make_key
-from tests.web.conftest import CHEAP, PASSWORD
+from tests.support.clocks import FakeClock
+from tests.support.factories import Tenant
+from tests.support.key_proof import add_with_proof, make_key
+from tests.support.web import CHEAP, PASSWORD
 
 API = "/api/v1"
 ROUTES = [

@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from gpudock.db.models import ApiTokenModel
-from gpudock.services.platform import Platform
-from tests.factories import Tenant
+from gpudock.platform import Platform
+from tests.support.factories import Tenant
 
 API = "/api/v1"
 

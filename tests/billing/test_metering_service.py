@@ -19,11 +19,17 @@ from gpudock.db.models import (
     UserModel,
 )
 from gpudock.errors import PaymentRequired
+from gpudock.platform import Platform
+from gpudock.reconcile import charging
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import billing, charging, containers, instances, ledger, statements
-from gpudock.services.instances import InstanceRequest
-from gpudock.services.platform import Platform
-from tests.billing.conftest import FakeClock, MakePlatform, new_user, price, topup
+from gpudock.services.billing import balances as billing
+from gpudock.services.billing import postings as ledger
+from gpudock.services.billing import statements
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances import container_spec as containers
+from gpudock.services.instances.actions import InstanceRequest
+from tests.support.billing import MakePlatform, new_user, price, topup
+from tests.support.clocks import FakeClock
 
 A100 = InstanceRequest(gpu_model="A100-80GB", gpu_count=1)
 
@@ -154,7 +160,7 @@ def test_a_restart_and_a_crashed_container_bill_exactly_what_ran(
         status="exited",
         finished_at=clock.now - timedelta(seconds=50),
     )
-    from gpudock.services.reconciler import check_running
+    from gpudock.reconcile.liveness import check_running
 
     check_running(platform.ctx)
     platform.reconciler.drain()
@@ -179,7 +185,7 @@ def test_duplicate_deliveries_and_a_rolled_back_pass_change_nothing(
     platform: Platform, alice: UserModel, clock: FakeClock
 ) -> None:
     instance_id = run(platform, alice)
-    from gpudock.services import metering
+    from gpudock.services.billing import intervals as metering
 
     with platform.ctx.sessions.begin() as session:  # "running" delivered twice
         instance = session.get(InstanceModel, instance_id)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,18 +13,16 @@ from typer.testing import CliRunner, Result
 
 from gpudock.api.app import create_app
 from gpudock.cli.main import app
-from gpudock.services.platform import open_platform
+from gpudock.platform import open_platform
 from gpudock.settings import Settings
-
-FLEET = "1x4xA100-80GB,1x2xRTX4090-24GB"
-STARTUP_DEADLINE_S = 30.0
-
-
-@dataclass(frozen=True)
-class LiveServer:
-    url: str
-    admin_token: str
-    data_dir: Path
+from tests.support.cli import (
+    FLEET,
+    STARTUP_DEADLINE_S,
+    Invoke,
+    LiveServer,
+    instance_names,
+    wait_until_started,
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +40,7 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     )
     thread.start()
     try:
-        _wait_until_started(server, thread)
+        wait_until_started(server, thread)
         token = (data_dir / "admin.token").read_text().strip()
         yield LiveServer(url=f"http://127.0.0.1:{port}", admin_token=token, data_dir=data_dir)
     finally:
@@ -54,19 +49,6 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         listener.close()
         platform.close()
     assert not thread.is_alive(), "the test server did not shut down"
-
-
-def _wait_until_started(server: uvicorn.Server, thread: threading.Thread) -> None:
-    deadline = time.monotonic() + STARTUP_DEADLINE_S
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("the test server exited during startup")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the test server did not start in {STARTUP_DEADLINE_S} s")
-        time.sleep(0.01)
-
-
-Invoke = Callable[..., Result]
 
 
 @pytest.fixture
@@ -101,10 +83,7 @@ def gpudock(live_server: LiveServer, config_home: Path) -> Invoke:
     return invoke
 
 
-_names = itertools.count()
-
-
 @pytest.fixture
 def unique() -> Callable[[str], str]:
     """Names no other test in the module uses (the server is shared)."""
-    return lambda prefix: f"{prefix}-{next(_names)}"
+    return lambda prefix: f"{prefix}-{next(instance_names)}"

@@ -7,7 +7,7 @@ import io
 import json
 from typing import Any
 
-from tests.cli.conftest import Invoke
+from tests.support.cli import Invoke
 
 
 def _json(result: Any) -> Any:

@@ -14,7 +14,7 @@ import pytest
 
 from gpudock.cli.client import ApiClient, CliError
 from gpudock.cli.commands.waiting import Waiter
-from tests.cli.conftest import Invoke, LiveServer
+from tests.support.cli import Invoke, LiveServer
 
 Unique = Callable[[str], str]
 

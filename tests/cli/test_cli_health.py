@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from tests.cli.conftest import Invoke
+from tests.support.cli import Invoke
 
 DEADLINE_S = 30.0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.conftest import Invoke
+from tests.support.cli import Invoke
 
 
 def test_images_list_marks_where_each_runs(gpudock: Invoke) -> None:

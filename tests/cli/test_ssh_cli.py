@@ -16,8 +16,8 @@ import pytest
 
 from gpudock.db.engine import make_engine, make_sessionmaker
 from gpudock.db.models import SshKeyModel
-from gpudock.services import ssh_keys
-from tests.cli.conftest import Invoke, LiveServer
+from gpudock.services.ssh import keys as ssh_keys
+from tests.support.cli import Invoke, LiveServer
 
 
 @pytest.fixture

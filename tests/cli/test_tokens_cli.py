@@ -11,7 +11,7 @@ import pytest
 import typer
 
 from gpudock.cli.commands.tokens import expiry_body
-from tests.cli.conftest import Invoke
+from tests.support.cli import Invoke
 
 Unique = Callable[[str], str]
 

@@ -15,7 +15,7 @@ from gpudock.db.engine import alembic_config, make_engine, make_sessionmaker, mi
 from gpudock.db.models import Base, UserState
 from gpudock.gpu.simulated import SimulatedGpuSource
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import tokens
+from gpudock.services.accounts import tokens
 from gpudock.services.context import ServiceContext
 from gpudock.settings import Settings
 

@@ -1,16 +1,15 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 
-from tests.docker_helpers import docker_client, remove_cluster_objects
-from tests.server_process import ServerProcess
-
-ServerFactory = Callable[..., ServerProcess]
+from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.server_process import ServerProcess
+from tests.support.servers import ServerFactory
 
 
 @pytest.fixture

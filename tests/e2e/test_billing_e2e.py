@@ -21,9 +21,9 @@ import pytest
 from gpudock.billing.metering import elapsed_seconds
 from gpudock.billing.money import format_amount
 from gpudock.runtime.docker import parse_docker_time
-from gpudock.services import containers
-from tests.docker_helpers import docker_client, remove_cluster_objects
-from tests.server_process import ServerProcess, wait_for
+from gpudock.services.instances import container_spec as containers
+from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.server_process import ServerProcess, wait_for
 
 FLEET = "1x4xA100-80GB"
 RATE_PER_GPU_S = 10_000  # 36 CNY per GPU-hour

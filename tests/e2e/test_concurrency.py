@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import select
 
 from gpudock.db.models import GpuAllocationModel
-from tests.docker_helpers import assert_converged_on
-from tests.e2e.conftest import ServerFactory
-from tests.server_process import wait_settled
+from tests.support.docker import assert_converged_on
+from tests.support.server_process import wait_settled
+from tests.support.servers import ServerFactory
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgres"])

@@ -16,10 +16,10 @@ import docker
 import httpx
 import pytest
 
-from gpudock.services import containers
-from tests.docker_helpers import assert_converged_on
-from tests.e2e.conftest import ServerFactory
-from tests.server_process import ServerProcess, wait_for, wait_settled
+from gpudock.services.instances import container_spec as containers
+from tests.support.docker import assert_converged_on
+from tests.support.server_process import ServerProcess, wait_for, wait_settled
+from tests.support.servers import ServerFactory
 
 FLEET = "1x4xA100-80GB"
 CREATE_POINTS = ["after_placement", "after_volume", "after_create", "after_start"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import docker
 from bench.crash_soak import FLEET, run_soak
 
-from tests.e2e.conftest import ServerFactory
+from tests.support.servers import ServerFactory
 
 
 def test_crash_soak_keeps_every_invariant(

@@ -18,12 +18,12 @@ import docker
 import httpx
 import pytest
 
-from gpudock.services import containers
-from tests.docker_helpers import assert_converged_on
-from tests.e2e.conftest import ServerFactory
-from tests.key_proof import post_with_proof
-from tests.server_process import ServerProcess, wait_for
-from tests.ssh_options import SSH_OPTIONS
+from gpudock.services.instances import container_spec as containers
+from tests.support.docker import assert_converged_on
+from tests.support.key_proof import post_with_proof
+from tests.support.server_process import ServerProcess, wait_for
+from tests.support.servers import ServerFactory
+from tests.support.ssh_options import SSH_OPTIONS
 
 FLEET = "2x2xA100-80GB"
 

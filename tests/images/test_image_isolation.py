@@ -22,12 +22,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
+from gpudock.platform import Platform
 from gpudock.runtime.base import LABEL_CLUSTER, LABEL_OWNER
 from gpudock.runtime.docker import DockerRuntime
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.docker_helpers import docker_client, remove_cluster_objects
-from tests.factories import Tenant, make_tenant
+from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.factories import Tenant, make_tenant
+from tests.support.platforms import PlatformFactory
 
 pytestmark = pytest.mark.docker
 

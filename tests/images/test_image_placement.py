@@ -9,10 +9,12 @@ from gpudock.db.models import HostModel, InstanceModel
 from gpudock.errors import InvalidRequest
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.scheduler.placement import GpuSlot, HostCapacity, PlacementRequest, place
-from gpudock.services import images, instances, tokens
-from gpudock.services.instances import InstanceRequest
-from tests.conftest import PlatformFactory
-from tests.factories import make_tenant
+from gpudock.services.accounts import tokens
+from gpudock.services.images import catalog as images
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances.actions import InstanceRequest
+from tests.support.factories import make_tenant
+from tests.support.platforms import PlatformFactory
 
 CU128 = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 

@@ -10,13 +10,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
+from gpudock.platform import Platform
 from gpudock.runtime.base import ContainerStats
 from gpudock.runtime.docker import DockerRuntime, _stats_of
-from gpudock.services import containers
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.docker_helpers import docker_client, remove_cluster_objects
-from tests.factories import make_tenant
+from gpudock.services.instances import container_spec as containers
+from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.factories import make_tenant
+from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 BURN = ["sh", "-c", "while :; do :; done"]

@@ -10,7 +10,7 @@ import pytest
 
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime.docker import DockerRuntime
-from tests.docker_helpers import docker_client
+from tests.support.docker import docker_client
 
 IMAGE = "gpudock/base:bookworm"
 LABELS = {"gpudock.test": "copy-volume"}

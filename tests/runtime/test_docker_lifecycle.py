@@ -11,12 +11,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
+from gpudock.platform import Platform
 from gpudock.runtime.docker import ALLOWED_CAPABILITIES, DockerRuntime
-from gpudock.services import containers
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.docker_helpers import assert_converged, docker_client, remove_cluster_objects
-from tests.factories import Tenant, make_tenant
+from gpudock.services.instances import container_spec as containers
+from tests.support.docker import assert_converged, docker_client, remove_cluster_objects
+from tests.support.factories import Tenant, make_tenant
+from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 
@@ -186,7 +186,7 @@ def test_orphans_are_removed_at_start(real: Platform, engine: docker.DockerClien
     labels = {**containers.cluster_labels(real.ctx.cluster_id), "gpudock.instance": "i-nobody"}
     engine.volumes.create(name=f"gpudock-{real.ctx.cluster_id}-orphan", labels=labels)
     engine.containers.create("gpudock/base:bookworm", ["sleep", "1"], labels=labels)
-    from gpudock.services.reconciler import collect_garbage
+    from gpudock.reconcile.garbage import collect_garbage
 
     assert collect_garbage(real.ctx) == 2
     assert_converged(real.ctx, engine)

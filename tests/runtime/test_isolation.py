@@ -20,13 +20,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
+from gpudock.platform import Platform
+from gpudock.reconcile import system_disks
+from gpudock.reconcile.garbage import collect_garbage
 from gpudock.runtime.docker import ALLOWED_CAPABILITIES, DockerRuntime
-from gpudock.services import containers, system_disks
-from gpudock.services.platform import Platform
-from gpudock.services.reconciler import collect_garbage
-from tests.conftest import PlatformFactory
-from tests.docker_helpers import docker_client, remove_cluster_objects
-from tests.factories import Tenant, make_tenant
+from gpudock.services.instances import container_spec as containers
+from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.factories import Tenant, make_tenant
+from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 PIDS_LIMIT = 64  # the smallest the settings allow: a fork bomb fills it in milliseconds

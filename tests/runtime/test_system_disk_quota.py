@@ -16,13 +16,13 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
+from gpudock.platform import Platform
 from gpudock.runtime.docker import DockerRuntime
-from gpudock.services import containers
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.docker_helpers import remove_cluster_objects
-from tests.factories import make_tenant
-from tests.private_engine import btrfs_engine
+from gpudock.services.instances import container_spec as containers
+from tests.support.docker import remove_cluster_objects
+from tests.support.factories import make_tenant
+from tests.support.platforms import PlatformFactory
+from tests.support.private_engine import btrfs_engine
 
 pytestmark = pytest.mark.docker
 API = "/api/v1"

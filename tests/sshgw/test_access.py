@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from gpudock.db.models import SshKeyModel, SshSessionModel
-from gpudock.services import ssh_keys, ssh_sessions
-from tests.key_proof import add_with_proof
-from tests.sshgw.conftest import World, make_key, wait_for
+from gpudock.services.ssh import keys as ssh_keys
+from gpudock.services.ssh import sessions as ssh_sessions
+from tests.support.key_proof import add_with_proof
+from tests.support.sshgw import World, make_key, wait_for
 
 pytestmark = pytest.mark.docker
 DENIED = b"Permission denied (publickey)"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpudock.cli.commands import ssh as ssh_command
-from gpudock.services import ssh_endpoint
-from tests.sshgw.conftest import World, make_key
+from gpudock.services.ssh import endpoint as ssh_endpoint
+from tests.support.sshgw import World, make_key
 
 pytestmark = pytest.mark.docker
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpudock.runtime.docker_exec import ExecStreams, RuncExec
-from tests.sshgw.conftest import DEADLINE_S, World
+from tests.support.sshgw import DEADLINE_S, World
 
 pytestmark = pytest.mark.docker
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.sshgw.conftest import World, wait_for
+from tests.support.sshgw import World, wait_for
 
 pytestmark = pytest.mark.docker
 HTTP_PORT = 8765

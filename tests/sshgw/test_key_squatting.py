@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import select
 
 from gpudock.db.models import SshKeyModel, SshSessionModel
-from gpudock.services import ssh_keys, users
-from gpudock.services.ssh_key_proof import KeyProof, KeyProofRefused, issue_challenge
-from tests.key_proof import add_with_proof, public_text, sign
-from tests.sshgw.conftest import World, make_key, wait_for
+from gpudock.services.accounts import users
+from gpudock.services.ssh import keys as ssh_keys
+from gpudock.services.ssh.key_proof import KeyProof, KeyProofRefused, issue_challenge
+from tests.support.key_proof import add_with_proof, public_text, sign
+from tests.support.sshgw import World, make_key, wait_for
 
 pytestmark = pytest.mark.docker
 

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from gpudock.db.models import InstanceStatus, SshSessionModel
-from gpudock.services import instances
-from tests.sshgw.conftest import World, wait_for
+from gpudock.services.instances import actions as instances
+from tests.support.sshgw import World, wait_for
 
 pytestmark = pytest.mark.docker
 

@@ -20,14 +20,16 @@ import pytest
 from sqlalchemy import select
 
 from gpudock.db.models import InstanceModel, InstanceStatus, SshSessionModel
+from gpudock.platform import Platform, open_platform
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import instances, ssh_keys, users
-from gpudock.services.instances import InstanceRequest
-from gpudock.services.platform import Platform, open_platform
+from gpudock.services.accounts import users
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances.actions import InstanceRequest
+from gpudock.services.ssh import keys as ssh_keys
 from gpudock.settings import Settings
 from gpudock.sshgw.gateway import SshGateway
-from tests.key_proof import add_with_proof
-from tests.sshgw.conftest import DEADLINE_S, SSH_OPTIONS, GatewayThread, make_key, wait_for
+from tests.support.key_proof import add_with_proof
+from tests.support.sshgw import DEADLINE_S, SSH_OPTIONS, GatewayThread, make_key, wait_for
 
 HELLO = b"hello through the gateway\n"
 

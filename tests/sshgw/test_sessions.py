@@ -10,8 +10,8 @@ import subprocess
 import asyncssh
 import pytest
 
-from tests.sshgw.conftest import World, wait_for
 from tests.sshgw.terminal import Terminal
+from tests.support.sshgw import World, wait_for
 
 pytestmark = pytest.mark.docker
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sshgw.conftest import SSH_OPTIONS, World
+from tests.support.sshgw import SSH_OPTIONS, World
 
 pytestmark = pytest.mark.docker
 SIZE = 50 * 2**20

@@ -7,11 +7,13 @@ import pytest
 from sqlalchemy import select
 
 from gpudock.db.models import GpuAllocationModel, InstanceModel, InstanceStatus, SshSessionModel
-from gpudock.services import instances, tokens, user_states, users
-from gpudock.services.instances import InstanceRequest
-from gpudock.services.user_states import AccountDisabled
-from tests.key_proof import add_with_proof
-from tests.sshgw.conftest import World, make_key, wait_for
+from gpudock.services.accounts import states as user_states
+from gpudock.services.accounts import tokens, users
+from gpudock.services.accounts.states import AccountDisabled
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances.actions import InstanceRequest
+from tests.support.key_proof import add_with_proof
+from tests.support.sshgw import World, make_key, wait_for
 
 pytestmark = pytest.mark.docker
 DENIED = b"Permission denied (publickey)"

@@ -16,8 +16,8 @@ import uvicorn
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from gpudock.api.app import create_app
-from gpudock.services.platform import Platform
-from tests.key_proof import public_text
+from gpudock.platform import Platform
+from tests.support.key_proof import public_text
 
 CHROMIUM = os.environ.get("GPUDOCK_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]

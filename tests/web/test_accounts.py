@@ -7,11 +7,11 @@ from sqlalchemy import select
 
 from gpudock.api.app import create_app
 from gpudock.db.models import UserPasswordModel, WebSessionModel
-from gpudock.services import accounts
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.factories import make_tenant
-from tests.web.conftest import PASSWORD, csrf_of, log_in, make_user
+from gpudock.platform import Platform
+from gpudock.services.accounts import logins as accounts
+from tests.support.factories import make_tenant
+from tests.support.platforms import PlatformFactory
+from tests.support.web import PASSWORD, csrf_of, log_in, make_user
 
 
 def test_pages_need_a_login_and_fragments_ask_htmx_to_redirect(console: Platform) -> None:

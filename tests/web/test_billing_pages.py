@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from gpudock.platform import Platform, open_platform
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services import accounts, billing, users
-from gpudock.services.platform import Platform, open_platform
+from gpudock.services.accounts import logins as accounts
+from gpudock.services.accounts import users
+from gpudock.services.billing import balances as billing
 from gpudock.settings import Settings
 from gpudock.web import charts
-from tests.billing.conftest import FakeClock
-from tests.web.conftest import PASSWORD, Browser, log_in, make_user
+from tests.support.clocks import FakeClock
+from tests.support.web import PASSWORD, Browser, log_in, make_user
 from tests.web.test_pages import create
 
 

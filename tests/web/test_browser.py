@@ -9,14 +9,16 @@ import docker
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from gpudock.platform import Platform
 from gpudock.runtime.docker import DockerRuntime
-from gpudock.services import accounts, containers, users
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.docker_helpers import docker_client, remove_cluster_objects
-from tests.key_proof import make_key
+from gpudock.services.accounts import logins as accounts
+from gpudock.services.accounts import users
+from gpudock.services.instances import container_spec as containers
+from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.key_proof import make_key
+from tests.support.platforms import PlatformFactory
+from tests.support.web import PASSWORD, make_user
 from tests.web.browser import chromium, fill_key_with_proof, screenshot_dir, serve
-from tests.web.conftest import PASSWORD, make_user
 
 pytestmark = pytest.mark.docker
 WAIT_MS = 90_000

@@ -9,11 +9,14 @@ from pathlib import Path
 
 from gpudock.db.models import SshKeyModel, UserModel
 from gpudock.images.catalog import ImageSpec
-from gpudock.services import images, ssh_keys, ssh_sessions, users
+from gpudock.platform import Platform
+from gpudock.services.accounts import users
 from gpudock.services.context import utc_now
-from gpudock.services.platform import Platform
-from tests.key_proof import make_key, public_text
-from tests.web.conftest import log_in
+from gpudock.services.images import catalog as images
+from gpudock.services.ssh import keys as ssh_keys
+from gpudock.services.ssh import sessions as ssh_sessions
+from tests.support.key_proof import make_key, public_text
+from tests.support.web import log_in
 from tests.web.test_pages import create
 
 NEW_CUDA = "nvidia/cuda:13.0.0-runtime-ubuntu24.04"

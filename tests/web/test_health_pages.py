@@ -5,9 +5,9 @@ from __future__ import annotations
 import html
 import re
 
-from gpudock.services import inventory
-from gpudock.services.platform import Platform
-from tests.web.conftest import Browser, log_in
+from gpudock.platform import Platform
+from gpudock.services.fleet import inventory
+from tests.support.web import Browser, log_in
 from tests.web.test_pages import create
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import gpudock.web
 from gpudock.billing.ledger import PostingKind
 from gpudock.db.models import GpuState, InstanceStatus, SshSessionOutcome, UserState
-from gpudock.services import billing, tokens
-from gpudock.web import extensions
+from gpudock.services.accounts import tokens
+from gpudock.services.billing import balances as billing
 from gpudock.web.i18n import ZH_CN, translator
+from gpudock.web.navigation import NAV_ENTRIES
 
-TEMPLATES = Path(extensions.__file__).parent / "templates"
+TEMPLATES = Path(gpudock.web.__file__).parent / "templates"
 _LITERAL = re.compile(r"""\bt\(\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')""")
 
 
@@ -35,7 +37,7 @@ def test_translated_values_have_entries() -> None:
         *(k.value for k in PostingKind),
         *billing.PRICE_KINDS,
         *billing.PRICE_UNITS.values(),
-        *(p.label for p in extensions.OPTIONAL_PAGES),
+        *(p.label for p in NAV_ENTRIES),
     ]
     assert sorted(v for v in values if v not in ZH_CN) == []
 

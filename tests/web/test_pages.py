@@ -8,10 +8,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
-from gpudock.services import instances, overview, users
-from gpudock.services.instances import InstanceRequest
-from gpudock.services.platform import Platform
-from tests.web.conftest import Browser, log_in
+from gpudock.platform import Platform
+from gpudock.services.accounts import users
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances import overview
+from gpudock.services.instances.actions import InstanceRequest
+from tests.support.web import Browser, log_in
 
 
 def create(browser: Browser, **fields: str) -> str:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from playwright.sync_api import expect
 
-from gpudock.services import ssh_keys, users
-from gpudock.services.platform import Platform
-from tests.conftest import PlatformFactory
-from tests.key_proof import make_key, public_text
+from gpudock.platform import Platform
+from gpudock.services.accounts import users
+from gpudock.services.ssh import keys as ssh_keys
+from tests.support.key_proof import make_key, public_text
+from tests.support.platforms import PlatformFactory
+from tests.support.web import PASSWORD, make_user
 from tests.web.browser import chromium, fill_key_with_proof, screenshot_dir, serve
-from tests.web.conftest import PASSWORD, make_user
 
 
 def _owner(platform: Platform, name: str) -> list[str]:

@@ -8,10 +8,10 @@ from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
 from gpudock.db.models import InstanceModel, InstanceStatus, UserModel
-from gpudock.services import tokens, users
-from gpudock.services.instances import InstanceRequest, create_instance
-from gpudock.services.platform import Platform
-from tests.web.conftest import PASSWORD, csrf_of, log_in
+from gpudock.platform import Platform
+from gpudock.services.accounts import tokens, users
+from gpudock.services.instances.actions import InstanceRequest, create_instance
+from tests.support.web import PASSWORD, csrf_of, log_in
 
 _TOKEN = re.compile(r'<code id="new-token">(gpd_[^<]+)</code>')
 

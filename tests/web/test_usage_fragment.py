@@ -11,11 +11,12 @@ from sqlalchemy import select
 
 from gpudock.api.app import create_app
 from gpudock.db.models import GpuAllocationModel
+from gpudock.platform import Platform
 from gpudock.runtime.base import ContainerStats
 from gpudock.runtime.fake import FakeRuntime, FakeUsage
-from gpudock.services import containers, web_queries
-from gpudock.services.platform import Platform
-from tests.web.conftest import Browser, log_in
+from gpudock.services import web_queries
+from gpudock.services.instances import container_spec as containers
+from tests.support.web import Browser, log_in
 
 MiB = 2**20
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 from fastapi import APIRouter, FastAPI
 
@@ -12,14 +13,38 @@ from gpudock.api.deps import document_admin_only
 from gpudock.api.errors import error_responses, install_error_handlers
 from gpudock.api.ratelimit import HttpGates, RateLimitMiddleware
 from gpudock.api.routers import billing, gpus, health, images, instances, ssh, tokens, users
-from gpudock.services.platform import Platform
+from gpudock.services.context import ServiceContext
 from gpudock.web.console import mount_console
 
 API_PREFIX = "/api/v1"
 ERROR_RESPONSES = error_responses(401, 422, 429)  # any route; each adds its own
 
 
-def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
+class Sidecar(Protocol):
+    """A server on the app's event loop (the SSH gateway): started after the
+    platform, stopped before it."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Hosted(Protocol):
+    """What the app runs beside itself: the platform `gpudock server` composes
+    (`gpudock.platform`); the app knows it only by this shape."""
+
+    @property
+    def ctx(self) -> ServiceContext: ...
+
+    @property
+    def sidecars(self) -> Sequence[Sidecar]: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if run_reconciler:
@@ -34,7 +59,7 @@ def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
             for sidecar in reversed(started):
                 await sidecar.stop()
             if run_reconciler:
-                platform.reconciler.stop()
+                platform.stop()
 
     app = FastAPI(
         title="gpudock",
@@ -43,7 +68,6 @@ def create_app(platform: Platform, *, run_reconciler: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.context = platform.ctx
-    app.state.platform = platform
     install_error_handlers(app)
     if platform.ctx.settings.rate_limits_enabled:
         app.add_middleware(

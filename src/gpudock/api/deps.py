@@ -12,9 +12,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpudock.db.models import UserModel
 from gpudock.errors import Forbidden
-from gpudock.services import tokens
+from gpudock.services.accounts import tokens
+from gpudock.services.accounts.tokens import Caller
 from gpudock.services.context import ServiceContext
-from gpudock.services.tokens import Caller
 
 _bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer gpd_…`")
 

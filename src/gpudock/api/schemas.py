@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from gpudock.services.tokens import DURATION_PATTERN, NAME_PATTERN
+from gpudock.services.accounts.tokens import DURATION_PATTERN, NAME_PATTERN
 
 # Environment variables a request may set: the service refuses the reserved
 # ones with an explanation, so pydantic checks only the shape of the body.

@@ -1,12 +1,17 @@
 """Row leases: a worker claims an instance with a token and an expiry, does its
 slow I/O outside any transaction, and writes back only while it still holds
-the token (dstack's pipeline pattern)."""
+the token (dstack's pipeline pattern). While it works, a heartbeat extends the
+expiry, so a slow step (an image pull, a commit, a volume copy) is never taken
+over by a second worker while the first still runs it."""
 
 from __future__ import annotations
 
+import logging
 import secrets
+import threading
 from collections.abc import Callable
 from datetime import timedelta
+from types import TracebackType
 from typing import TypeVar
 
 from sqlalchemy import or_, update
@@ -17,6 +22,8 @@ from gpudock.errors import GpudockError
 from gpudock.services.context import ServiceContext
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+MIN_HEARTBEAT_S = 0.05
 
 
 class LeaseLost(GpudockError):
@@ -60,6 +67,52 @@ def with_lease(
             raise LeaseLost(f"lost the lease on instance {instance_id}")
         instance.lock_expires_at = ctx.clock() + timedelta(seconds=ctx.settings.lease_s)
         return mutate(session, instance)
+
+
+def extend(ctx: ServiceContext, instance_id: str, token: str) -> bool:
+    """Push the expiry out by `lease_s`; False if the lease is no longer ours."""
+    with ctx.sessions.begin() as session:
+        result = session.execute(
+            update(InstanceModel)
+            .where(InstanceModel.id == instance_id, InstanceModel.lock_token == token)
+            .values(lock_expires_at=ctx.clock() + timedelta(seconds=ctx.settings.lease_s))
+            .execution_options(synchronize_session=False)
+        )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+class LeaseHeartbeat:
+    """Extends a lease every third of `lease_s` (wall time) for as long as the
+    `with` block runs."""
+
+    def __init__(self, ctx: ServiceContext, instance_id: str, token: str) -> None:
+        self._ctx, self._instance_id, self._token = ctx, instance_id, token
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{instance_id}", daemon=True)
+        self.lost = False
+
+    def __enter__(self) -> LeaseHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        interval = max(MIN_HEARTBEAT_S, self._ctx.settings.lease_s / 3)
+        while not self._stop.wait(interval):
+            try:
+                if not extend(self._ctx, self._instance_id, self._token):
+                    self.lost = True  # the step's next write says LeaseLost
+                    return
+            except Exception:  # a database hiccup: the next beat tries again
+                log.exception("could not extend the lease on %s", self._instance_id)
 
 
 def release(ctx: ServiceContext, instance_id: str, token: str) -> None:

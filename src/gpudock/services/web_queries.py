@@ -24,9 +24,11 @@ from gpudock.db.models import (
 )
 from gpudock.images import compat
 from gpudock.runtime.base import ContainerStats
-from gpudock.services import images, instances, metering
+from gpudock.services.billing import intervals as metering
+from gpudock.services.billing.statements import Line
 from gpudock.services.context import ServiceContext
-from gpudock.services.statements import Line
+from gpudock.services.images import catalog as images
+from gpudock.services.instances import actions as instances
 
 MAX_CHART_DAYS = 90
 

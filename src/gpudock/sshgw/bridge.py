@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from gpudock.services.ssh_sessions import STDERR, ExecStream
+from gpudock.services.ssh.sessions import STDERR, ExecStream
 
 BUFFER_HIGH = 1 << 20  # bytes queued on a side before the other side is paused
 

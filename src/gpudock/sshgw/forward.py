@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import asyncssh
 
 from gpudock.errors import GpudockError
-from gpudock.services import ssh_sessions
-from gpudock.services.ssh_sessions import SESSION_MARKER_ENV, STDERR, Grant
+from gpudock.services.ssh import sessions as ssh_sessions
+from gpudock.services.ssh.sessions import SESSION_MARKER_ENV, STDERR, Grant
 from gpudock.sshgw import commands
 from gpudock.sshgw.bridge import Bridge
 

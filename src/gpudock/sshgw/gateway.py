@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 import asyncssh
 
 from gpudock.errors import GpudockError
-from gpudock.services import ssh_endpoint, ssh_sessions
 from gpudock.services.context import ServiceContext
+from gpudock.services.ssh import endpoint as ssh_endpoint
+from gpudock.services.ssh import sessions as ssh_sessions
 from gpudock.sshgw.listener import TcpListener
 from gpudock.sshgw.ratelimit import SshGates
 from gpudock.sshgw.server import GatewayConnection

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gpudock.errors import RateLimited
 from gpudock.services.rate_limits import RateGate, address_of
-from gpudock.services.ssh_sessions import AccessRefused
+from gpudock.services.ssh.sessions import AccessRefused
 from gpudock.settings import Settings
 
 log = logging.getLogger(__name__)

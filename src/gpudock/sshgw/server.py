@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import asyncssh
 
 from gpudock.errors import GpudockError
-from gpudock.services import ssh_sessions
-from gpudock.services.ssh_sessions import AccessRefused, Attempt, Grant
+from gpudock.services.ssh import sessions as ssh_sessions
+from gpudock.services.ssh.sessions import AccessRefused, Attempt, Grant
 from gpudock.sshgw import forward
 from gpudock.sshgw.session import ExecSession
 

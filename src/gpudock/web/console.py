@@ -8,7 +8,17 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from gpudock.web import extensions, pages_admin, pages_auth, pages_instances
+from gpudock.web import (
+    pages_admin,
+    pages_auth,
+    pages_billing,
+    pages_billing_admin,
+    pages_health,
+    pages_images,
+    pages_instances,
+    pages_ssh_keys,
+    pages_tokens,
+)
 from gpudock.web.deps import TEMPLATES
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -47,6 +57,11 @@ def mount_console(app: FastAPI) -> None:
         pages_auth.router,
         pages_instances.router,
         pages_admin.router,
-        *extensions.optional_routers(),
+        pages_ssh_keys.router,
+        pages_tokens.router,
+        pages_billing.router,
+        pages_images.router,
+        pages_billing_admin.router,
+        pages_health.router,
     ):
         app.include_router(router)

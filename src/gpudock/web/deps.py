@@ -27,11 +27,11 @@ from gpudock.errors import (
     RuntimeFailure,
     Unauthenticated,
 )
-from gpudock.services import accounts
-from gpudock.services.accounts import WebSession
+from gpudock.services.accounts import logins as accounts
+from gpudock.services.accounts.logins import WebSession
 from gpudock.services.context import ServiceContext
-from gpudock.web import extensions
 from gpudock.web.i18n import LANG_COOKIE, LANGUAGES, pick_language, translator
+from gpudock.web.navigation import nav_entries
 
 SESSION_COOKIE = "gpudock_session"
 LOGIN_CSRF_COOKIE = "gpudock_login_csrf"
@@ -134,7 +134,7 @@ def render(
         "viewer": viewer,
         "user": viewer.user if viewer else None,
         "csrf_token": viewer.csrf_token if viewer else values.pop("csrf_token", ""),
-        "nav_extra": extensions.nav_entries(viewer.user.is_admin) if viewer else [],
+        "nav_extra": nav_entries(viewer.user.is_admin) if viewer else [],
         "path": request.url.path,
         **values,
     }

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, Form, Request, Response
 from fastapi.responses import HTMLResponse
 
 from gpudock.errors import InvalidRequest, Unauthenticated
-from gpudock.services import accounts
-from gpudock.services.accounts import NewWebSession, WebSession
-from gpudock.services.user_states import AccountDisabled
+from gpudock.services.accounts import logins as accounts
+from gpudock.services.accounts.logins import NewWebSession, WebSession
+from gpudock.services.accounts.states import AccountDisabled
 from gpudock.web.deps import (
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,

@@ -11,8 +11,10 @@ from fastapi.responses import StreamingResponse
 
 from gpudock.billing.money import format_amount, parse_amount
 from gpudock.errors import InvalidRequest
-from gpudock.services import billing, statements, web_queries
-from gpudock.services.accounts import WebSession
+from gpudock.services import web_queries
+from gpudock.services.accounts.logins import WebSession
+from gpudock.services.billing import balances as billing
+from gpudock.services.billing import statements
 from gpudock.services.context import ServiceContext
 from gpudock.web import charts
 from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render

@@ -9,9 +9,11 @@ from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.billing.money import format_amount, parse_amount
 from gpudock.errors import Conflict, InvalidRequest
-from gpudock.services import billing, inventory, users
-from gpudock.services.accounts import WebSession
+from gpudock.services.accounts import users
+from gpudock.services.accounts.logins import WebSession
+from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import inventory
 from gpudock.web.deps import AdminCsrfViewer, AdminViewer, ConsoleRoute, Context, render
 
 router = APIRouter(prefix="/admin", route_class=ConsoleRoute, include_in_schema=False)

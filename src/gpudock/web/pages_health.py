@@ -8,7 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.errors import Conflict, InvalidRequest, NotFound
-from gpudock.services import health, reliability
+from gpudock.services.fleet import gpu_health as health
+from gpudock.services.fleet import reliability
 from gpudock.web.deps import (
     AdminCsrfViewer,
     AdminViewer,

@@ -8,9 +8,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.errors import Conflict, Forbidden, InvalidRequest
-from gpudock.services import image_builds, images
-from gpudock.services.accounts import WebSession
+from gpudock.services.accounts.logins import WebSession
 from gpudock.services.context import ServiceContext
+from gpudock.services.images import builds as image_builds
+from gpudock.services.images import catalog as images
 from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)

@@ -6,13 +6,21 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
 
-from gpudock.db.models import InstanceModel
+from gpudock.billing.money import format_amount
+from gpudock.db.models import InstanceModel, UserModel
 from gpudock.errors import Conflict, InvalidRequest, NotFound, PaymentRequired
-from gpudock.services import instances, inventory, overview, users, web_queries
-from gpudock.services.accounts import WebSession
+from gpudock.services import web_queries
+from gpudock.services.accounts import users
+from gpudock.services.accounts.logins import WebSession
+from gpudock.services.billing import balances
 from gpudock.services.context import ServiceContext
-from gpudock.services.instances import InstanceRequest
-from gpudock.web import extensions
+from gpudock.services.fleet import inventory
+from gpudock.services.images import catalog as image_catalog
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances import overview
+from gpudock.services.instances.actions import InstanceRequest
+from gpudock.services.ssh import endpoint as ssh_endpoint
+from gpudock.services.ssh import sessions as ssh_sessions
 from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -23,6 +31,23 @@ ACTIONS = {
     "delete": instances.delete_instance,
 }
 MAX_GPU_COUNT = 16
+SESSIONS_SHOWN = 20
+
+
+def _available(ctx: ServiceContext, user: UserModel) -> str:
+    """The user's available balance with its currency."""
+    return f"{format_amount(balances.summary(ctx, user).available)} {ctx.settings.currency}"
+
+
+def _estimate_per_hour(ctx: ServiceContext, gpu_model: str | None, gpu_count: int) -> str:
+    estimate = web_queries.estimate(ctx, gpu_model, gpu_count)
+    return f"{format_amount(estimate.per_hour)} {ctx.settings.currency}"
+
+
+def _image_hint(
+    ctx: ServiceContext, user: UserModel, image: str, gpu_model: str | None
+) -> web_queries.ImageHint | None:
+    return web_queries.image_hint(ctx, user, image, gpu_model) if image else None
 
 
 def _owners(ctx: ServiceContext, viewer: WebSession) -> dict[str, str]:
@@ -35,8 +60,8 @@ def _owners(ctx: ServiceContext, viewer: WebSession) -> dict[str, str]:
 def dashboard(request: Request, ctx: Context, viewer: Viewer) -> Response:
     own = overview.own_overview(ctx, viewer.user)
     models = inventory.gpu_summary(ctx)
-    prices = extensions.gpu_prices(ctx)
-    balance = extensions.balance(ctx, viewer.user)
+    prices = balances.gpu_prices_per_hour(ctx)
+    balance = _available(ctx, viewer.user)
     return render(
         request, "dashboard.html", viewer, own=own, models=models, prices=prices, balance=balance
     )
@@ -85,8 +110,8 @@ def _form(
         values=values,
         error=error.message if error else None,
         error_field=(error.field or "form") if error else None,
-        hint=extensions.image_hint(ctx, viewer.user, values["image"], values["gpu_model"] or None),
-        image_choices=extensions.image_choices(ctx, viewer.user),
+        hint=_image_hint(ctx, viewer.user, values["image"], values["gpu_model"] or None),
+        image_choices=[(i.reference, i.name) for i in image_catalog.list_images(ctx, viewer.user)],
         **_availability_values(ctx, models, values["gpu_model"], values["gpu_count"]),
     )
 
@@ -110,7 +135,7 @@ def _availability_values(
     count = _count_or_one(gpu_count)
     return {
         "selected": _summary_of(models, gpu_model),
-        "estimate": extensions.estimate_per_hour(ctx, gpu_model or None, count),
+        "estimate": _estimate_per_hour(ctx, gpu_model or None, count),
         "count": count,
     }
 
@@ -130,7 +155,7 @@ def image_hint(
     request: Request, ctx: Context, viewer: Viewer, image: str = "", gpu_model: str = ""
 ) -> Response:
     """Whether the image runs on the chosen model here, refreshed when either changes."""
-    hint = extensions.image_hint(ctx, viewer.user, image.strip(), gpu_model or None)
+    hint = _image_hint(ctx, viewer.user, image.strip(), gpu_model or None)
     return render(request, "fragments/image_hint.html", viewer, hint=hint)
 
 
@@ -190,9 +215,9 @@ def _detail_values(
     return {
         "v": instances.view(ctx, instance),
         "events": instances.list_events(ctx, viewer.user, instance.id),
-        "ssh": extensions.ssh_command(ctx.settings, instance.id),
+        "ssh": ssh_endpoint.ssh_command(ctx.settings, instance.id),
         "owner": _owners(ctx, viewer).get(instance.user_id, instance.user_id),
-        "sessions": extensions.ssh_sessions(ctx, viewer.user, instance.id),
+        "sessions": ssh_sessions.list_sessions(ctx, viewer.user, instance.id, SESSIONS_SHOWN),
     }
 
 
@@ -200,7 +225,7 @@ def _detail_values(
 def instance_detail(request: Request, ctx: Context, viewer: Viewer, instance_id: str) -> Response:
     instance = instances.get_instance(ctx, viewer.user, instance_id)
     values = _detail_values(ctx, viewer, instance)
-    can_save = extensions.has_page("images") and instance.status.value not in (
+    can_save = instance.status.value not in (
         "deleting",
         "deleted",
     )

@@ -9,10 +9,11 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.errors import Conflict, InvalidRequest
-from gpudock.services import ssh_key_proof, ssh_keys
-from gpudock.services.accounts import WebSession
+from gpudock.services.accounts.logins import WebSession
 from gpudock.services.context import ServiceContext
-from gpudock.services.ssh_key_proof import Challenge, KeyProof
+from gpudock.services.ssh import key_proof as ssh_key_proof
+from gpudock.services.ssh import keys as ssh_keys
+from gpudock.services.ssh.key_proof import Challenge, KeyProof
 from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)

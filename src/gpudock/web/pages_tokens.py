@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.errors import Conflict, InvalidRequest
-from gpudock.services import tokens
-from gpudock.services.accounts import WebSession
+from gpudock.services.accounts import tokens
+from gpudock.services.accounts.logins import WebSession
+from gpudock.services.accounts.tokens import NewToken
 from gpudock.services.context import ServiceContext
-from gpudock.services.tokens import NewToken
 from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)

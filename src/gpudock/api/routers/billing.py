@@ -27,9 +27,10 @@ from gpudock.api.deps import AdminUser, Context, CurrentUser
 from gpudock.api.errors import error_responses
 from gpudock.billing.money import format_amount, parse_amount
 from gpudock.db.models import BillingPriceModel
-from gpudock.services import billing, statements
-from gpudock.services.billing import BalanceSummary
-from gpudock.services.statements import Line
+from gpudock.services.billing import balances as billing
+from gpudock.services.billing import statements
+from gpudock.services.billing.balances import BalanceSummary
+from gpudock.services.billing.statements import Line
 
 router = APIRouter(tags=["billing"])
 UserRef = Annotated[

@@ -4,7 +4,7 @@ from fastapi import APIRouter
 
 from gpudock.api.deps import AdminUser, Context, CurrentUser
 from gpudock.api.schemas import GpuModelPublic, GpuPublic, HostPublic
-from gpudock.services import inventory
+from gpudock.services.fleet import inventory
 
 router = APIRouter(tags=["gpus"])
 

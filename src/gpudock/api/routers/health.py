@@ -11,8 +11,9 @@ from pydantic import BaseModel, Field
 from gpudock.api.deps import AdminUser, Context
 from gpudock.api.errors import error_responses
 from gpudock.db.models import GpuModel
-from gpudock.services import health, reliability
-from gpudock.services.health import FaultView
+from gpudock.services.fleet import gpu_health as health
+from gpudock.services.fleet import reliability
+from gpudock.services.fleet.gpu_health import FaultView
 
 router = APIRouter(prefix="/admin", tags=["health"])
 

@@ -22,7 +22,9 @@ from gpudock.api.image_schemas import (
 from gpudock.api.links import links
 from gpudock.api.uploads import receive_upload
 from gpudock.images.catalog import ImageSpec
-from gpudock.services import image_builds, image_validation, images
+from gpudock.services.images import builds as image_builds
+from gpudock.services.images import catalog as images
+from gpudock.services.images import validation as image_validation
 
 router = APIRouter(prefix="/images", tags=["images"])
 instance_router = APIRouter(prefix="/instances", tags=["instances"])

@@ -8,9 +8,10 @@ from gpudock.api.deps import Context, CurrentUser
 from gpudock.api.errors import error_responses
 from gpudock.api.links import links
 from gpudock.api.schemas import InstanceCreateRequest, InstanceEventPublic, InstancePublic
-from gpudock.services import instances, ssh_endpoint
 from gpudock.services.context import ServiceContext
-from gpudock.services.instances import InstanceRequest, InstanceView
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances.actions import InstanceRequest, InstanceView
+from gpudock.services.ssh import endpoint as ssh_endpoint
 
 router = APIRouter(prefix="/instances", tags=["instances"])
 _ONE = "/instances/{instance_id}"

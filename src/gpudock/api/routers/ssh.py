@@ -15,8 +15,11 @@ from gpudock.api.schemas import (
     SshSessionPublic,
 )
 from gpudock.db.models import SshKeyModel, SshSessionModel
-from gpudock.services import ssh_endpoint, ssh_key_proof, ssh_keys, ssh_sessions
-from gpudock.services.ssh_key_proof import KeyProof
+from gpudock.services.ssh import endpoint as ssh_endpoint
+from gpudock.services.ssh import key_proof as ssh_key_proof
+from gpudock.services.ssh import keys as ssh_keys
+from gpudock.services.ssh import sessions as ssh_sessions
+from gpudock.services.ssh.key_proof import KeyProof
 
 router = APIRouter(tags=["ssh"])
 NOT_FOUND = error_responses(404)

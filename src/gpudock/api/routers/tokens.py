@@ -10,8 +10,8 @@ from gpudock.api.deps import Context, CurrentCaller
 from gpudock.api.errors import error_responses
 from gpudock.api.links import links
 from gpudock.api.schemas import TokenCreateRequest, TokenPublic, TokenWithValuePublic
-from gpudock.services import tokens
-from gpudock.services.tokens import TokenView
+from gpudock.services.accounts import tokens
+from gpudock.services.accounts.tokens import TokenView
 
 router = APIRouter(prefix="/tokens", tags=["tokens"])
 

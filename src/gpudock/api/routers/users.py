@@ -18,7 +18,9 @@ from gpudock.api.schemas import (
 )
 from gpudock.billing.money import format_amount
 from gpudock.db.models import UserModel
-from gpudock.services import accounts, user_states, users
+from gpudock.services.accounts import logins as accounts
+from gpudock.services.accounts import states as user_states
+from gpudock.services.accounts import users
 
 router = APIRouter(prefix="/users", tags=["users"])
 _ONE = "/users/{name}"

@@ -18,7 +18,7 @@ from gpudock.errors import GpudockError, RuntimeFailure
 from gpudock.settings import Settings
 
 if TYPE_CHECKING:
-    from gpudock.services.platform import Platform
+    from gpudock.platform import Platform
 
 FLAGS = frozenset(
     {"data_dir", "host", "port", "simulate", "database_url", "docker_host", "ssh_port"}
@@ -59,7 +59,7 @@ def serve(
     import uvicorn
 
     from gpudock.api.app import create_app
-    from gpudock.services.platform import open_platform
+    from gpudock.platform import open_platform
 
     flags = {
         "data_dir": data_dir,

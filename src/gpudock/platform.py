@@ -1,0 +1,115 @@
+"""Composition root: database, runtime, GPU source, reconciler — built once."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpudock.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker, migrate
+from gpudock.gpu.base import GpuSource
+from gpudock.reconcile.garbage import collect_garbage
+from gpudock.reconcile.loop import Reconciler
+from gpudock.runtime.base import Runtime
+from gpudock.services.accounts import users
+from gpudock.services.context import ServiceContext, utc_now
+from gpudock.services.fleet import inventory
+from gpudock.services.images import access as image_access
+from gpudock.settings import Settings
+
+if TYPE_CHECKING:
+    from gpudock.api.app import Sidecar
+
+log = logging.getLogger(__name__)
+ADMIN_TOKEN_FILE = "admin.token"  # noqa: S105 (a file name)
+
+
+@dataclass
+class Platform:
+    ctx: ServiceContext
+    reconciler: Reconciler
+    admin_token_path: Path | None
+    sidecars: list[Sidecar] = field(default_factory=list)
+
+    def start(self) -> None:
+        collect_garbage(self.ctx, at_startup=True)
+        image_access.repair_legacy_rows(self.ctx)
+        self.reconciler.start()
+
+    def stop(self) -> None:
+        """Stop the background passes (the app's lifespan ends with this)."""
+        self.reconciler.stop()
+
+    def close(self) -> None:
+        self.reconciler.stop()
+        self.ctx.sessions.kw["bind"].dispose()
+
+
+def default_gpu_source(settings: Settings) -> GpuSource:
+    if settings.simulate:
+        from gpudock.gpu.simulated import SimulatedGpuSource
+
+        return SimulatedGpuSource(settings.simulate)
+    from gpudock.gpu.nvml import NvmlGpuSource
+
+    return NvmlGpuSource()
+
+
+def default_runtime(settings: Settings) -> Runtime:
+    if settings.runtime == "fake":
+        from gpudock.runtime.fake import FakeRuntime
+
+        return FakeRuntime()
+    from gpudock.runtime.docker import DockerRuntime
+
+    return DockerRuntime(
+        settings.docker_host,
+        timeout_s=settings.runtime_call_timeout_s,
+        pool_size=settings.reconcile_workers + 8,
+        volume_root=settings.effective_volume_dir,
+        host_firewall=settings.host_firewall,
+    )
+
+
+def open_platform(
+    settings: Settings,
+    *,
+    runtime: Runtime | None = None,
+    gpu_source: GpuSource | None = None,
+    clock: Callable[[], datetime] = utc_now,
+) -> Platform:
+    """Migrate the database, sync the GPU inventory, make sure an admin exists."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    engine = make_engine(settings.effective_database_url)
+    migrate(engine)
+    source = gpu_source or default_gpu_source(settings)
+    ctx = ServiceContext(
+        settings=settings,
+        sessions=make_sessionmaker(engine),
+        read_sessions=make_read_sessionmaker(engine),
+        runtime=runtime or default_runtime(settings),
+        gpu_source=source,
+        clock=clock,
+    )
+    ctx.cluster_id = inventory.ensure_cluster_id(ctx)
+    inventory.sync_inventory(ctx, source.discover())
+    reconciler = Reconciler(ctx)
+    ctx.wake_reconciler = reconciler.wake
+    token_path = _write_admin_token(settings.data_dir, users.ensure_admin(ctx))
+    return Platform(ctx=ctx, reconciler=reconciler, admin_token_path=token_path)
+
+
+def _write_admin_token(data_dir: Path, token: str | None) -> Path | None:
+    if token is None:
+        return None
+    path = data_dir / ADMIN_TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    os.chmod(path, 0o600)
+    log.warning("created the first admin; its API token is in %s", path)
+    return path

@@ -1,0 +1,269 @@
+"""The charging pass: post what open intervals owe, then protect each balance.
+
+The reconciler runs it every `GPUDOCK_BILLING_TICK_S`. A read-only scan
+picks the users with work: a charging period that ended, or money that runs
+low. Their rows are then handled in transactions of a few users each, which
+lock in the lifecycle's order — instances, then intervals, then accounts
+(sorted by id) — post the whole periods that ended, and decide with
+`billing.metering.protection`:
+
+- warn: an event on each running instance, once per interval, when the money
+  left lasts less than `GPUDOCK_BILLING_LOW_BALANCE_WARN_S` at the burn rate;
+- stop: when it cannot pay for the next charging period (or the monthly
+  budget is reached), the priced running instances get `desired_state=stopped`
+  and go through the ordinary stop — GPUs released, container and data volume
+  kept. Nothing is ever deleted for money.
+
+A crash anywhere is harmless: postings and interval positions commit
+together, and the next pass starts from what was committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import ColumnElement, select
+from sqlalchemy.orm import Session
+
+from gpudock.billing.metering import IntervalKind, Protection, due_charge, protection
+from gpudock.billing.money import format_amount
+from gpudock.db.models import (
+    BillingAccountModel,
+    BillingIntervalModel,
+    DesiredState,
+    InstanceEventModel,
+    InstanceModel,
+    InstanceStatus,
+)
+from gpudock.services.billing import balances as billing
+from gpudock.services.billing import intervals as metering
+from gpudock.services.billing import postings as ledger
+from gpudock.services.context import ServiceContext
+from gpudock.services.instances.status import switch_instance_status
+from gpudock.settings import Settings
+
+log = logging.getLogger(__name__)
+S = InstanceStatus
+USERS_PER_TRANSACTION = 25
+
+
+@dataclass
+class PassReport:
+    users: int = 0
+    postings: int = 0
+    warned: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _User:
+    """One user's open intervals with their instances, as read (or locked) now."""
+
+    intervals: list[BillingIntervalModel] = field(default_factory=list)
+    instances: dict[str, InstanceModel] = field(default_factory=dict)
+
+
+def charge_pass(ctx: ServiceContext) -> PassReport:
+    """One pass over every user with an open interval."""
+    now = ctx.clock()
+    with ctx.sessions() as session:
+        todo = _users_with_work(session, ctx.settings, now)
+    report = PassReport(users=len(todo))
+    for start in range(0, len(todo), USERS_PER_TRANSACTION):
+        posted = report.postings
+        with ctx.sessions.begin() as session:
+            _charge(ctx, session, todo[start : start + USERS_PER_TRANSACTION], now, report)
+        if report.postings > posted:
+            ctx.crash_point("after_charge")  # tests: SIGKILL right after a charge committed
+    if report.stopped:
+        log.info("billing stopped %s", ", ".join(report.stopped))
+        ctx.wake_reconciler()
+    return report
+
+
+def _open(session: Session, user_ids: list[str] | None, *, lock: bool) -> dict[str, _User]:
+    """Open intervals and their instances per user; locked in the lifecycle's order."""
+    mine: ColumnElement[bool] = BillingIntervalModel.closed_at.is_(None)
+    if user_ids is not None:
+        mine = mine & BillingIntervalModel.user_id.in_(user_ids)
+    instances = select(InstanceModel).where(
+        InstanceModel.id.in_(select(BillingIntervalModel.instance_id).where(mine))
+    )
+    intervals = select(BillingIntervalModel).where(mine)
+    if lock:
+        instances = instances.order_by(InstanceModel.id).with_for_update()
+        intervals = intervals.order_by(BillingIntervalModel.id).with_for_update()
+    by_id = {i.id: i for i in session.scalars(instances)}
+    users: defaultdict[str, _User] = defaultdict(_User)
+    for row in session.scalars(intervals.order_by(BillingIntervalModel.id)):
+        users[row.user_id].intervals.append(row)
+        users[row.user_id].instances[row.instance_id] = by_id[row.instance_id]
+    return dict(users)
+
+
+def _period(settings: Settings, row: BillingIntervalModel, status: InstanceStatus) -> int | None:
+    """The charging period of an interval whose instance is in `status`, or None
+    when it is not charged now (stopping, or free: the closing charge settles it)."""
+    if row.rate_micro == 0:
+        return None
+    if row.kind == IntervalKind.COMPUTE.value and status == S.RUNNING:
+        return settings.billing_charge_period_s
+    if row.kind == IntervalKind.STORAGE.value and status in metering.STORAGE_OPEN:
+        return settings.billing_storage_period_s
+    return None
+
+
+def _users_with_work(session: Session, settings: Settings, now: datetime) -> list[str]:
+    users = _open(session, None, lock=False)
+    accounts = {
+        a.user_id: a
+        for a in session.scalars(
+            select(BillingAccountModel).where(BillingAccountModel.user_id.in_(list(users)))
+        )
+    }
+    todo = []
+    for user_id, user in users.items():
+        account = accounts.get(user_id)
+        due = any(
+            (period := _period(settings, r, user.instances[r.instance_id].status)) is not None
+            and due_charge(metering.state_of(r), now, period) is not None
+            for r in user.intervals
+        )
+        budgeted = account is not None and account.monthly_budget_micro is not None
+        balance = account.balance_micro if account else 0
+        if due or budgeted or _decide(settings, user, balance, None, now).action != Protection.OK:
+            todo.append(user_id)
+    return sorted(todo)
+
+
+def _charge(
+    ctx: ServiceContext, session: Session, user_ids: list[str], now: datetime, report: PassReport
+) -> None:
+    users = _open(session, user_ids, lock=True)
+    batch = []
+    for user in users.values():
+        for row in user.intervals:
+            period = _period(ctx.settings, row, user.instances[row.instance_id].status)
+            item = None if period is None else metering.charge_due(row, now, period)
+            if item is not None:
+                batch.append(item)
+    report.postings += len(ledger.post_many(session, batch, now))
+    accounts = {
+        a.user_id: a
+        for a in session.scalars(
+            select(BillingAccountModel)
+            .where(BillingAccountModel.user_id.in_(list(users)))
+            .execution_options(populate_existing=True)
+        )
+    }
+    for user_id, user in users.items():
+        _protect(ctx, session, user_id, user, accounts.get(user_id), now, report)
+
+
+@dataclass(frozen=True)
+class _Decision:
+    action: Protection
+    cause: str = "balance"
+    available: int = 0
+    burn_per_hour: int = 0
+    running: tuple[BillingIntervalModel, ...] = ()
+
+
+def _decide(
+    settings: Settings, user: _User, balance: int, budget_left: int | None, now: datetime
+) -> _Decision:
+    """Warn, stop or leave alone the user's priced running instances."""
+    running = tuple(
+        r
+        for r in user.intervals
+        if billing.is_compute(r)
+        and r.rate_micro > 0
+        and user.instances[r.instance_id].status == S.RUNNING
+        and user.instances[r.instance_id].desired_state == DesiredState.RUNNING
+    )
+    if not running:
+        return _Decision(Protection.OK)
+    states = [metering.state_of(r) for r in user.intervals]
+    unposted = metering.unposted(states, now)
+    burn_per_period = sum(s.rate.ceil_for(settings.billing_charge_period_s) for s in states)
+    burn_per_hour = sum(s.rate.per_hour for s in states)
+    available, cause = balance - unposted, "balance"
+    if budget_left is not None and budget_left - unposted < available:
+        available, cause = budget_left - unposted, "monthly budget"
+    action = protection(
+        available, burn_per_period, burn_per_hour, settings.billing_low_balance_warn_s
+    )
+    if action == Protection.WARN and all(r.warned for r in running):
+        action = Protection.OK  # said once per interval is enough
+    return _Decision(action, cause, available, burn_per_hour, running)
+
+
+def _protect(
+    ctx: ServiceContext,
+    session: Session,
+    user_id: str,
+    user: _User,
+    account: BillingAccountModel | None,
+    now: datetime,
+    report: PassReport,
+) -> None:
+    balance = account.balance_micro if account else 0
+    budget_left = None
+    if account is not None and account.monthly_budget_micro is not None:
+        budget_left = account.monthly_budget_micro - billing.month_spent(session, user_id, now)
+    decision = _decide(ctx.settings, user, balance, budget_left, now)
+    currency = ctx.settings.currency
+    money = f"{format_amount(decision.available)} {currency}"
+    rate = f"{format_amount(decision.burn_per_hour)} {currency}/h"
+    if decision.action == Protection.STOP:
+        reason = (
+            f"{metering.BILLING_STOP_PREFIX}stopped: the {decision.cause} left ({money}) does "
+            f"not cover the next {ctx.settings.billing_charge_period_s} s at {rate}; "
+            "top up and start again"
+        )
+        for row in decision.running:
+            if _stop(session, user.instances[row.instance_id], reason, now):
+                report.stopped.append(row.instance_id)
+    elif decision.action == Protection.WARN:
+        minutes = decision.available * 60 // max(decision.burn_per_hour, 1)
+        message = (
+            f"{metering.BILLING_STOP_PREFIX}low {decision.cause}: {money} left, about "
+            f"{minutes} min at {rate}; running instances stop (data kept) when it runs out"
+        )
+        for row in decision.running:
+            if not row.warned:
+                row.warned = True
+                note(session, user.instances[row.instance_id], message, now)
+                report.warned.append(row.instance_id)
+
+
+def _stop(session: Session, instance: InstanceModel, reason: str, now: datetime) -> bool:
+    """Ask for a stop through the ordinary path: desired state, then the reconciler."""
+    if instance.desired_state != DesiredState.RUNNING:
+        return False
+    instance.desired_state = DesiredState.STOPPED
+    instance.updated_at = now
+    leased = instance.lock_token is not None and (
+        instance.lock_expires_at is not None and instance.lock_expires_at > now
+    )
+    if instance.status == S.RUNNING and not leased:
+        switch_instance_status(session, instance, S.STOPPING, reason, now)
+    else:  # a worker holds the row: it sees the desired state and stops it
+        note(session, instance, reason, now)
+    return True
+
+
+def note(session: Session, instance: InstanceModel, message: str, at: datetime) -> None:
+    """An event on the instance that does not change its status."""
+    session.add(
+        InstanceEventModel(
+            instance_id=instance.id,
+            at=at,
+            from_status=instance.status.value,
+            to_status=instance.status.value,
+            message=message,
+        )
+    )

@@ -1,0 +1,127 @@
+"""Garbage: this installation's containers, volumes and networks that no live
+instance owns (also at start-up), data volumes left on a host an instance
+moved away from, stopped data-move helpers, and build containers a crash left.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpudock.db.models import (
+    HostModel,
+    InstanceModel,
+    InstanceStatus,
+)
+from gpudock.errors import GpudockError
+from gpudock.runtime.base import LABEL_BUILD, LABEL_OWNER, ContainerState
+from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import moves as migration
+from gpudock.services.instances import container_spec as containers
+
+log = logging.getLogger(__name__)
+S = InstanceStatus
+BUILD_GRACE_S = 60.0  # past a build's time limit, before its containers count as leftovers
+
+
+def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
+    """Remove this cluster's containers and volumes whose instance is deleted
+    or unknown (and, at start-up, every build's: no build survives a restart).
+    Returns how many objects were removed."""
+    labels = containers.cluster_labels(ctx.cluster_id)
+    try:
+        found_containers = ctx.runtime.list_containers(labels)
+        found_volumes = ctx.runtime.list_volumes(labels)
+    except GpudockError as exc:
+        log.warning("garbage collection skipped: %s", exc)
+        return 0
+    with ctx.sessions() as session:
+        live_rows = session.scalars(
+            select(InstanceModel).where(InstanceModel.status != S.DELETED)
+        ).all()
+        live = {row.id for row in live_rows}
+        kept_volumes = _volumes_in_use(ctx, session, live_rows)
+    removed = 0
+    for container in found_containers:
+        if LABEL_BUILD in container.labels:
+            removed += _collect_build_container(ctx, container, at_startup)
+            continue
+        owner = container.labels.get("gpudock.instance")
+        if (
+            owner is not None
+            and owner in live
+            and container.name != containers.container_name(ctx.cluster_id, owner)
+        ):
+            if not container.running:  # a data-move helper a crash left behind (issue 6)
+                log.info("removing leftover helper container %s", container.name)
+                ctx.runtime.remove_container(container.id)
+                removed += 1
+            continue
+        if owner not in live:
+            log.info("removing orphan container %s", container.name)
+            ctx.runtime.remove_container(container.id)
+            removed += 1
+    for volume in found_volumes:
+        if volume.name not in kept_volumes:
+            log.info("removing orphan volume %s", volume.name)
+            try:
+                ctx.runtime.remove_volume(volume.name)
+            except GpudockError as exc:  # still mounted by a container removed later
+                log.warning("could not remove volume %s yet: %s", volume.name, exc)
+                continue
+            removed += 1
+    collect_networks(ctx)  # issue 9
+    return removed
+
+
+def _collect_build_container(
+    ctx: ServiceContext, container: ContainerState, at_startup: bool
+) -> int:
+    """A build step's container: its build removes it; one older than any build
+    may run was left by a crash."""
+    limit = timedelta(seconds=ctx.settings.build_timeout_s + BUILD_GRACE_S)
+    young = container.created_at is None or ctx.clock() - container.created_at < limit
+    if young and not at_startup:
+        return 0
+    log.info("removing leftover build container %s", container.name)
+    ctx.runtime.remove_container(container.id, keep_network=True)
+    return 1
+
+
+def _volumes_in_use(
+    ctx: ServiceContext, session: Session, live_rows: Sequence[InstanceModel]
+) -> set[str]:
+    """Each live instance's data volume, and the target of a move in progress
+    (issue 6: after a move, the volume left on the old host is garbage)."""
+    hosts = {h.id: h for h in session.scalars(select(HostModel))}
+    kept = set()
+    for row in live_rows:
+        kept.add(containers.data_volume_of(ctx.cluster_id, row))
+        if row.host_id in hosts:
+            kept.add(migration.data_volume_on(ctx.cluster_id, row, hosts[row.host_id]))
+    return kept
+
+
+def collect_networks(ctx: ServiceContext) -> None:
+    """Remove tenant networks whose tenant has no live instance (the runtime
+    keeps any that a container is still on)."""
+    try:
+        found = ctx.runtime.list_networks(containers.cluster_labels(ctx.cluster_id))
+    except GpudockError as exc:
+        log.warning("network garbage collection skipped: %s", exc)
+        return
+    with ctx.sessions() as session:
+        tenants = set(
+            session.scalars(select(InstanceModel.user_id).where(InstanceModel.status != S.DELETED))
+        )
+    for network in found:
+        if network.labels.get(LABEL_OWNER) in tenants:
+            continue
+        try:
+            ctx.runtime.remove_network(network.name)
+        except GpudockError as exc:
+            log.warning("could not remove network %s: %s", network.name, exc)

@@ -1,0 +1,350 @@
+"""One instance's way from what it is to what it should be, a step at a time.
+
+Each step reads the row under a lease, does its runtime I/O outside any
+transaction, and writes back guarded by the lease token. Every step is
+idempotent, so a crash anywhere is repaired by running the same step again.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from gpudock.db.models import (
+    DesiredState,
+    GpuAllocationModel,
+    GpuModel,
+    GpuState,
+    HostModel,
+    InstanceModel,
+    InstanceStatus,
+)
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
+from gpudock.runtime.base import LABEL_CLUSTER, LABEL_GPUS, LABEL_OWNER, ContainerState
+from gpudock.services.billing import intervals as metering
+from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import moves as migration
+from gpudock.services.fleet.inventory import allocated_gpu_ids
+from gpudock.services.images import catalog as images
+from gpudock.services.instances import container_spec as containers
+from gpudock.services.instances.status import switch_instance_status
+from gpudock.services.leases import LeaseHeartbeat, release, try_lease, with_lease
+
+log = logging.getLogger(__name__)
+S = InstanceStatus
+MAX_STEPS = 6
+
+
+class Step(enum.StrEnum):
+    """What a row needs next."""
+
+    NONE = "none"  # where it should be, or waiting for the placement pass
+    MARK_STOPPED = "mark_stopped"
+    MARK_STARTING = "mark_starting"
+    RUN = "run"
+    STOP = "stop"
+    DELETE = "delete"
+    EVACUATE = "evacuate"
+
+
+def plan(instance: InstanceModel) -> Step:
+    return plan_step(instance.status, instance.desired_state, instance.placed)
+
+
+def plan_step(status: InstanceStatus, desired: DesiredState, placed: bool) -> Step:
+    """The next step for a row in this status, wanting that state."""
+    if status == S.DELETED:
+        return Step.NONE
+    if desired == DesiredState.DELETED or status == S.DELETING:
+        return Step.DELETE
+    if desired == DesiredState.STOPPED:
+        if status in (S.STOPPED, S.FAILED):
+            return Step.NONE
+        if status in (S.PENDING, S.STARTING, S.MIGRATING) and not placed:
+            return Step.MARK_STOPPED
+        return Step.STOP
+    if status == S.STOPPING:
+        return Step.STOP
+    if status == S.MIGRATING:  # off its GPUs first, then the placement pass
+        return Step.EVACUATE if placed else Step.NONE
+    if status in (S.STOPPED, S.FAILED):
+        return Step.MARK_STARTING
+    if status in (S.CREATING, S.STARTING) and placed:
+        return Step.RUN
+    return Step.NONE
+
+
+def advance(ctx: ServiceContext, instance_id: str) -> None:
+    """Take the instance as far as it can go now; return early if it is leased."""
+    token = try_lease(ctx, instance_id)
+    if token is None:
+        return
+    try:
+        with LeaseHeartbeat(ctx, instance_id, token):
+            for _ in range(MAX_STEPS):
+                step = with_lease(ctx, instance_id, token, lambda _s, i: plan(i))
+                if step == Step.NONE:
+                    return
+                _STEPS[step](ctx, instance_id, token)
+    except _StopHere:
+        return
+    finally:
+        release(ctx, instance_id, token)
+
+
+# -- database-only steps ------------------------------------------------------
+def _mark_stopped(ctx: ServiceContext, instance_id: str, token: str) -> None:
+    def mutate(session: Session, instance: InstanceModel) -> None:
+        _release_placement(session, instance)
+        switch_instance_status(session, instance, S.STOPPED, "stop requested", ctx.clock())
+
+    with_lease(ctx, instance_id, token, mutate)
+
+
+def _mark_starting(ctx: ServiceContext, instance_id: str, token: str) -> None:
+    with_lease(
+        ctx,
+        instance_id,
+        token,
+        lambda session, instance: switch_instance_status(
+            session, instance, S.STARTING, "start requested", ctx.clock()
+        ),
+    )
+
+
+def _release_placement(session: Session, instance: InstanceModel) -> None:
+    session.execute(delete(GpuAllocationModel).where(GpuAllocationModel.instance_id == instance.id))
+    instance.placed = False
+
+
+# -- run: make the container exist with the allocated GPUs and start it ------
+@dataclass(frozen=True)
+class _RunPlan:
+    instance: InstanceModel
+    host: HostModel
+    gpus: list[str]
+
+
+def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> _RunPlan | None:
+    host = session.get(HostModel, instance.host_id)
+    if host is None:
+        raise RuntimeFailure(f"instance {instance.id} is placed on a host that does not exist")
+    unfit = session.scalars(
+        select(GpuModel)
+        .join(GpuAllocationModel)
+        .where(GpuAllocationModel.instance_id == instance.id, GpuModel.state != GpuState.HEALTHY)
+    ).first()
+    if unfit is not None:  # issue 6: never start on a GPU that is not healthy
+        _release_placement(session, instance)
+        reason = f"GPU {unfit.index} of {host.name} is {unfit.state}; moving to a healthy GPU"
+        switch_instance_status(session, instance, S.MIGRATING, reason, now)
+        return None
+    session.expunge(host)
+    return _RunPlan(instance, host, allocated_gpu_ids(session, instance.id))
+
+
+def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
+    run = with_lease(ctx, instance_id, token, lambda s, i: _read_run_plan(s, i, ctx.clock()))
+    if run is None:
+        return
+    instance, name = run.instance, containers.container_name(ctx.cluster_id, instance_id)
+    try:
+        ctx.runtime.ensure_image(instance.system_image)
+        instance = migration.ensure_data_volume(ctx, instance, run.host, token)  # issue 6
+        ctx.crash_point("after_volume")
+        existing = ctx.runtime.inspect_container(name)
+        replaced = existing is not None and existing.labels.get(LABEL_GPUS) != ",".join(run.gpus)
+        if existing is not None and replaced:
+            instance = _carry_writable_layer(ctx, instance, existing, token)
+        spec = containers.build_spec(ctx.settings, ctx.cluster_id, instance, run.host, run.gpus)
+        state = ctx.runtime.create_container(spec)
+        if replaced:  # issue 6: the old container held the old host's copy of the data
+            migration.remove_stale_volumes(ctx, instance)
+        ctx.crash_point("after_create")
+        state = ctx.runtime.start_container(state.id)
+        ctx.crash_point("after_start")
+    except RuntimeUnavailable as exc:
+        _note_retry(ctx, instance_id, token, exc)
+        return
+    except RuntimeFailure as exc:
+        _fail(ctx, instance_id, token, f"could not start the container: {exc.message}")
+        return
+    _mark_running(ctx, instance_id, token, state, run)
+    # After 'running' is reported: the copy costs a round trip the user need not wait for.
+    images.install_doctor(ctx, state.id)  # issue 7: gpudock-doctor in every instance
+
+
+def _carry_writable_layer(
+    ctx: ServiceContext, instance: InstanceModel, existing: ContainerState, token: str
+) -> InstanceModel:
+    """The container was made for other GPUs: commit its writable layer so
+    packages installed outside /root/data come along, then replace it."""
+    repository = containers.system_image_repository(ctx.cluster_id, instance.id)
+    ref = ctx.runtime.commit_container(
+        existing.id,
+        repository,
+        f"t{int(ctx.clock().timestamp())}",
+        {LABEL_OWNER: instance.user_id, LABEL_CLUSTER: ctx.cluster_id},
+    )
+
+    def mutate(session: Session, row: InstanceModel) -> InstanceModel:
+        row.system_image = ref
+        return row
+
+    updated = with_lease(ctx, instance.id, token, mutate)
+    ctx.runtime.remove_container(existing.id, keep_network=True)  # its successor joins it
+    if instance.system_image != instance.image and instance.system_image != ref:
+        ctx.runtime.remove_image(instance.system_image)
+    return updated
+
+
+def _mark_running(
+    ctx: ServiceContext, instance_id: str, token: str, state: ContainerState, run: _RunPlan
+) -> None:
+    def mutate(session: Session, instance: InstanceModel) -> None:
+        instance.container_id = state.id
+        instance.container_gpus = ",".join(run.gpus)
+        migration.record_first_home(instance, run.host.id, ctx.cluster_id)  # issue 6
+        gpus = f"{len(run.gpus)} × {instance.gpu_model}" if run.gpus else "no GPU"
+        at = state.started_at or ctx.clock()
+        switch_instance_status(
+            session, instance, S.RUNNING, f"running on {run.host.name} ({gpus})", at
+        )
+
+    with_lease(ctx, instance_id, token, mutate)
+
+
+def _fail(ctx: ServiceContext, instance_id: str, token: str, reason: str) -> None:
+    def mutate(session: Session, instance: InstanceModel) -> None:
+        _release_placement(session, instance)
+        # A failure waits for the user: `start` retries, `delete` cleans up.
+        instance.desired_state = DesiredState.STOPPED
+        switch_instance_status(session, instance, S.FAILED, reason, ctx.clock())
+
+    log.warning("instance %s failed: %s", instance_id, reason)
+    with_lease(ctx, instance_id, token, mutate)
+
+
+def _note_retry(ctx: ServiceContext, instance_id: str, token: str, exc: Exception) -> None:
+    def mutate(session: Session, instance: InstanceModel) -> None:
+        reason = f"retrying: {exc}"
+        if instance.status_reason != reason:
+            switch_instance_status(session, instance, instance.status, reason, ctx.clock())
+
+    log.warning("instance %s: %s", instance_id, exc)
+    with_lease(ctx, instance_id, token, mutate)
+
+
+# -- stop: stop the container, keep it and the volume -------------------------
+def _stop(ctx: ServiceContext, instance_id: str, token: str) -> None:
+    def begin(session: Session, instance: InstanceModel) -> None:
+        if instance.status != S.STOPPING:
+            switch_instance_status(session, instance, S.STOPPING, "stop requested", ctx.clock())
+
+    with_lease(ctx, instance_id, token, begin)
+    name = containers.container_name(ctx.cluster_id, instance_id)
+    try:
+        state = ctx.runtime.stop_container(name, ctx.settings.stop_timeout_s)
+    except RuntimeFailure as exc:
+        _note_retry(ctx, instance_id, token, exc)
+        raise _StopHere from exc
+    ctx.crash_point("after_stop")
+    at = (state.finished_at if state else None) or ctx.clock()
+
+    def finish(session: Session, instance: InstanceModel) -> None:
+        if instance.desired_state == DesiredState.RUNNING:  # a restart: keep the GPUs
+            switch_instance_status(session, instance, S.STARTING, "restarting", at)
+        else:
+            _release_placement(session, instance)
+            reason = "stopped; data kept"
+            if instance.status_reason.startswith(metering.BILLING_STOP_PREFIX):  # issue 4
+                reason = f"{instance.status_reason}; data kept"
+            switch_instance_status(session, instance, S.STOPPED, reason, at)
+
+    with_lease(ctx, instance_id, token, finish)
+
+
+# -- evacuate: off failed GPUs (issue 6) -----------------------------------------
+def _evacuate(ctx: ServiceContext, instance_id: str, token: str) -> None:
+    """Stop the container (its CUDA work is lost with the GPU anyway, so the
+    grace is short), keep it for its writable layer, release the GPUs; the
+    placement pass then finds healthy ones."""
+    name = containers.container_name(ctx.cluster_id, instance_id)
+    try:
+        ctx.runtime.stop_container(name, ctx.settings.migration_stop_timeout_s)
+    except RuntimeFailure as exc:
+        _note_retry(ctx, instance_id, token, exc)
+        raise _StopHere from exc
+    ctx.crash_point("after_evacuate")
+
+    def release_gpus(session: Session, instance: InstanceModel) -> None:
+        _release_placement(session, instance)
+        reason = f"{instance.status_reason}; stopped, waiting for a healthy GPU"
+        switch_instance_status(session, instance, S.MIGRATING, reason, ctx.clock())
+
+    with_lease(ctx, instance_id, token, release_gpus)
+    ctx.wake_reconciler()
+
+
+# -- delete: container, volume and committed system image go ------------------
+def _delete(ctx: ServiceContext, instance_id: str, token: str) -> None:
+    def begin(session: Session, instance: InstanceModel) -> InstanceModel:
+        if instance.status != S.DELETING:
+            switch_instance_status(session, instance, S.DELETING, "delete requested", ctx.clock())
+        return instance
+
+    instance = with_lease(ctx, instance_id, token, begin)
+    try:
+        ctx.runtime.remove_container(containers.container_name(ctx.cluster_id, instance_id))
+        ctx.crash_point("after_container_remove")
+        ctx.runtime.remove_volume(containers.data_volume_of(ctx.cluster_id, instance))
+        ctx.crash_point("after_volume_remove")
+        if instance.system_image != instance.image:
+            ctx.runtime.remove_image(instance.system_image)
+    except RuntimeFailure as exc:
+        _note_retry(ctx, instance_id, token, exc)
+        raise _StopHere from exc
+
+    def finish(session: Session, row: InstanceModel) -> None:
+        _release_placement(session, row)
+        row.container_id = None
+        switch_instance_status(session, row, S.DELETED, "deleted with its data volume", ctx.clock())
+
+    with_lease(ctx, instance_id, token, finish)
+
+
+class _StopHere(Exception):
+    """Leave the step loop; the next reconciler pass retries."""
+
+
+_STEPS: dict[Step, Callable[[ServiceContext, str, str], None]] = {
+    Step.MARK_STOPPED: _mark_stopped,
+    Step.MARK_STARTING: _mark_starting,
+    Step.RUN: _run,
+    Step.STOP: _stop,
+    Step.DELETE: _delete,
+    Step.EVACUATE: _evacuate,
+}
+
+
+def active_instance_ids(session: Session) -> list[str]:
+    """Rows that are not where they should be and need a step (not placement)."""
+    rows = session.execute(
+        select(
+            InstanceModel.id,
+            InstanceModel.status,
+            InstanceModel.desired_state,
+            InstanceModel.placed,
+        )
+        .where(InstanceModel.status != S.DELETED)
+        .order_by(InstanceModel.queued_at)
+    ).all()
+    return [
+        row.id for row in rows if plan_step(row.status, row.desired_state, row.placed) != Step.NONE
+    ]

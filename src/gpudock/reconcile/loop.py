@@ -1,0 +1,162 @@
+"""The reconciler: converges the runtime to the database's desired state.
+
+One thread runs the loop: a table of passes (`reconcile.<pass>`), each run
+when its interval is due; per-instance lifecycle steps run on a worker pool,
+each row under a lease that a heartbeat keeps while the step's I/O runs. The
+loop wakes on every API change and at `GPUDOCK_RECONCILE_INTERVAL_S`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+
+from gpudock.db.models import (
+    InstanceEventModel,
+    InstanceStatus,
+)
+from gpudock.reconcile import (
+    charging,
+    garbage,
+    gpu_health,
+    lifecycle,
+    liveness,
+    placement,
+    system_disks,
+)
+from gpudock.services.context import ServiceContext
+from gpudock.services.leases import release_all
+
+log = logging.getLogger(__name__)
+S = InstanceStatus
+GC_INTERVAL_S = 60.0
+
+
+@dataclass
+class _Pass:
+    """One background pass and how often it runs (None: every tick)."""
+
+    name: str
+    run: Callable[[], object]
+    interval_s: float | None = None
+    last_run: float = -math.inf
+
+    def due(self, now: float) -> bool:
+        return self.interval_s is None or now - self.last_run >= self.interval_s
+
+
+class Reconciler:
+    """Runs the passes in order, each when it is due; `tick()` is one round."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self._ctx = ctx
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._pool = ThreadPoolExecutor(ctx.settings.reconcile_workers, "gpudock-reconcile")
+        self._in_flight: dict[str, Future[None]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        health_watch, disk_watch = gpu_health.HealthWatch(), system_disks.DiskWatch()
+        settings = ctx.settings
+        self._passes = [
+            _Pass("garbage", lambda: garbage.collect_garbage(ctx), GC_INTERVAL_S),
+            _Pass("moves off failed GPUs", lambda: gpu_health.converge(ctx)),
+            _Pass("placement", lambda: placement.place_waiting(ctx)),
+            _Pass("lifecycle steps", self._submit_active),
+            _Pass(
+                "GPU health",
+                lambda: gpu_health.health_pass(ctx, health_watch),
+                settings.gpu_health_interval_s,
+            ),
+            _Pass(
+                "liveness", lambda: liveness.check_running(ctx), settings.health_check_interval_s
+            ),
+            _Pass("charging", lambda: charging.charge_pass(ctx), settings.billing_tick_s),
+            _Pass(
+                "system disks",
+                lambda: system_disks.check_system_disks(ctx, disk_watch),
+                settings.system_disk_check_interval_s,
+            ),
+        ]
+
+    # -- lifecycle of the loop itself ---------------------------------------
+    def start(self) -> None:
+        release_all(self._ctx)
+        self._thread = threading.Thread(target=self._loop, name="gpudock-reconciler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            self.tick(isolate=True)
+            self._wake.wait(self._ctx.settings.reconcile_interval_s)
+
+    # -- one round -------------------------------------------------------------
+    def tick(self, *, isolate: bool = False) -> None:
+        """Run every pass that is due. `isolate`: a failing pass is logged and
+        the others still run (the loop); otherwise it raises (tests)."""
+        now = time.monotonic()
+        for due in (p for p in self._passes if p.due(now)):
+            due.last_run = now
+            try:
+                due.run()
+            except Exception:
+                if not isolate:
+                    raise
+                log.exception("reconciler pass %r failed", due.name)
+
+    def _submit_active(self) -> None:
+        with self._ctx.reader() as session:
+            ids = lifecycle.active_instance_ids(session)
+        for instance_id in ids:
+            self._submit(instance_id)
+
+    def _submit(self, instance_id: str) -> None:
+        with self._lock:
+            running = self._in_flight.get(instance_id)
+            if running is not None and not running.done():
+                return
+            future = self._pool.submit(self._advance, instance_id)
+            self._in_flight[instance_id] = future
+
+    def _advance(self, instance_id: str) -> None:
+        try:
+            lifecycle.advance(self._ctx, instance_id)
+        except Exception:
+            log.exception("instance %s: step failed", instance_id)
+        finally:
+            self._wake.set()  # a step may unlock the next one (e.g. placement)
+
+    def drain(self, timeout_s: float = 60.0) -> None:
+        """Run passes until one changes nothing and nothing is in flight (tests)."""
+        deadline = time.monotonic() + timeout_s
+        last_seen = -1
+        while time.monotonic() < deadline:
+            self.tick()
+            with self._lock:
+                futures = list(self._in_flight.values())
+            for future in futures:
+                future.result(timeout=max(0.1, deadline - time.monotonic()))
+            with self._ctx.sessions() as session:
+                newest = session.scalar(select(func.max(InstanceEventModel.id))) or 0
+                if newest == last_seen and not lifecycle.active_instance_ids(session):
+                    return
+            last_seen = newest
+        raise TimeoutError("the reconciler did not settle in time")

@@ -1,0 +1,157 @@
+"""The placement pass: waiting instances in queue order get GPUs, one per
+transaction, over a snapshot of healthy capacity (`scheduler.placement`).
+
+The database makes double allocation impossible (a GPU's allocation row is
+keyed by its UUID), whatever the scheduler decides; the balance is checked
+again here because money may have gone while the request waited.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from gpudock.db.models import (
+    DesiredState,
+    GpuAllocationModel,
+    InstanceModel,
+    InstanceStatus,
+)
+from gpudock.scheduler.placement import HostCapacity, Placement, PlacementRequest, place
+from gpudock.services.billing import balances as billing
+from gpudock.services.context import ServiceContext
+from gpudock.services.fleet.inventory import capacity_snapshot
+from gpudock.services.images import catalog as images
+from gpudock.services.instances.status import switch_instance_status
+
+log = logging.getLogger(__name__)
+S = InstanceStatus
+WAITING = (S.PENDING, S.STARTING, S.MIGRATING)  # unplaced rows the placement pass serves
+
+
+def place_waiting(ctx: ServiceContext) -> None:
+    """Place waiting instances in queue order; the database rejects a GPU
+    given twice (primary key on the allocation), whatever the timing."""
+    with ctx.sessions() as session:
+        waiting = list(
+            session.scalars(
+                select(InstanceModel)
+                .where(
+                    InstanceModel.desired_state == DesiredState.RUNNING,
+                    InstanceModel.placed.is_(False),
+                    InstanceModel.status.in_(WAITING),
+                )
+                .order_by(InstanceModel.queued_at, InstanceModel.id)
+            )
+        )
+        if not waiting:
+            return
+        snapshot = capacity_snapshot(session)
+    for instance in waiting:
+        request = _request_of(instance)
+        hosts = images.runnable_hosts(ctx, instance.image, instance.gpu_model)  # issue 7
+        if instance.stay_on_host and instance.host_id is not None:  # issue 6: --stay
+            own = frozenset({instance.host_id})
+            hosts = own if hosts is None else hosts & own
+        request = replace(request, allowed_hosts=hosts)
+        placement = place(snapshot, request)
+        if placement is None:
+            _note_waiting(ctx, instance)
+            continue
+        if _commit_placement(ctx, instance, placement):
+            snapshot = _after(snapshot, placement, request)
+            ctx.crash_point("after_placement")
+        else:
+            with ctx.sessions() as session:
+                snapshot = capacity_snapshot(session)
+
+
+def _request_of(instance: InstanceModel) -> PlacementRequest:
+    previous = frozenset(g for g in instance.container_gpus.split(",") if g)
+    return PlacementRequest(
+        gpu_model=instance.gpu_model,
+        gpu_count=instance.gpu_count,
+        cpus=instance.cpu,
+        memory_gb=instance.memory_gb,
+        preferred_gpus=previous if len(previous) == instance.gpu_count else frozenset(),
+        preferred_host=instance.host_id,
+    )
+
+
+def waiting_reason(instance: InstanceModel) -> str:
+    if instance.gpu_count:
+        what = f"{instance.gpu_count} × {instance.gpu_model}"
+        if instance.stay_on_host:
+            what += " on its own host (started with --stay)"
+    else:
+        what = f"{instance.cpu:g} CPU and {instance.memory_gb} GB of memory"
+    if instance.status == S.MIGRATING:
+        return f"moving: waiting for a healthy {what}; no capacity free now"
+    return f"waiting for {what}"
+
+
+def _note_waiting(ctx: ServiceContext, instance: InstanceModel) -> None:
+    reason = waiting_reason(instance)
+    if instance.status_reason == reason:
+        return
+    with ctx.sessions.begin() as session:
+        row = session.get(InstanceModel, instance.id, with_for_update=True)
+        if row is not None and not row.placed and row.status in WAITING:
+            switch_instance_status(session, row, row.status, reason, ctx.clock())
+
+
+def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: Placement) -> bool:
+    now = ctx.clock()
+    try:
+        with ctx.sessions.begin() as session:
+            row = session.get(
+                InstanceModel, instance.id, with_for_update=True, populate_existing=True
+            )
+            if (
+                row is None
+                or row.placed
+                or row.desired_state != DesiredState.RUNNING
+                or row.status not in WAITING
+            ):
+                return False
+            refused = billing.shortfall(
+                session, ctx.settings, row.user_id, row, now, waiting_self=row.id
+            )
+            if refused is not None:  # issue 4: the balance is checked again at placement
+                row.desired_state = DesiredState.STOPPED
+                switch_instance_status(session, row, S.STOPPED, f"not started: {refused}", now)
+                return False
+            for gpu_id in placement.gpu_uuids:
+                session.add(GpuAllocationModel(gpu_id=gpu_id, instance_id=row.id, allocated_at=now))
+            row.placed, row.host_id = True, placement.host_id
+            session.flush()
+            new_status = S.CREATING if row.status == S.PENDING else S.STARTING
+            reason = "placed; starting the container"
+            if row.status == S.MIGRATING:
+                reason = "placed on healthy GPUs; moving"
+            switch_instance_status(session, row, new_status, reason, now)
+    except IntegrityError:
+        log.info("placement of %s lost a race for a GPU; will retry", instance.id)
+        return False
+    ctx.wake_reconciler()
+    return True
+
+
+def _after(
+    snapshot: list[HostCapacity], placement: Placement, request: PlacementRequest
+) -> list[HostCapacity]:
+    taken = set(placement.gpu_uuids)
+    return [
+        replace(
+            host,
+            free_cpus=host.free_cpus - request.cpus,
+            free_memory_gb=host.free_memory_gb - request.memory_gb,
+            free_gpus=tuple(g for g in host.free_gpus if g.uuid not in taken),
+        )
+        if host.host_id == placement.host_id
+        else host
+        for host in snapshot
+    ]

@@ -1,0 +1,1 @@
+"""Who people are: users, API tokens, account states, console logins."""

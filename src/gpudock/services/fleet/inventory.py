@@ -1,0 +1,184 @@
+"""Hosts and GPUs: sync the database with the GPU source, summarise, snapshot."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from gpudock.billing.money import format_amount
+from gpudock.db.models import (
+    GpuAllocationModel,
+    GpuModel,
+    GpuState,
+    HostModel,
+    InstanceModel,
+    MetaModel,
+)
+from gpudock.gpu.base import HostInfo
+from gpudock.scheduler.placement import GpuSlot, HostCapacity
+from gpudock.services.billing import intervals as metering
+from gpudock.services.context import ServiceContext
+
+
+def ensure_cluster_id(ctx: ServiceContext) -> str:
+    """A random id per database; it labels every container and volume we make,
+    so two installations sharing one engine never touch each other's."""
+    with ctx.sessions.begin() as session:
+        row = session.get(MetaModel, "cluster_id")
+        if row is None:
+            row = MetaModel(key="cluster_id", value=uuid.uuid4().hex[:12])
+            session.add(row)
+        return row.value
+
+
+def sync_inventory(ctx: ServiceContext, hosts: list[HostInfo]) -> None:
+    """Upsert discovered hosts and GPUs; mark the ones no longer seen absent."""
+    with ctx.sessions.begin() as session:
+        known = {h.name: h for h in session.scalars(select(HostModel))}
+        seen_gpus: set[str] = set()
+        for info in hosts:
+            host = known.get(info.name) or _new_host(ctx, session, info)
+            host.cpus, host.memory_gb = info.cpus, info.memory_gb
+            host.driver_version, host.cuda_version = info.driver_version, info.cuda_version
+            host.simulated, host.present = info.simulated, True
+            for gpu_info in info.gpus:
+                seen_gpus.add(gpu_info.uuid)
+                gpu = session.get(GpuModel, gpu_info.uuid) or GpuModel(id=gpu_info.uuid)
+                gpu.host_id, gpu.index, gpu.model = host.id, gpu_info.index, gpu_info.model
+                gpu.memory_mb, gpu.pci_bus_id = gpu_info.memory_mb, gpu_info.pci_bus_id
+                gpu.numa_node, gpu.nvlink_peers = (
+                    gpu_info.numa_node,
+                    ",".join(gpu_info.nvlink_peers),
+                )
+                gpu.present = True
+                gpu.first_seen_at = gpu.first_seen_at or ctx.clock()  # issue 6: MTBF
+                session.add(gpu)
+        seen_hosts = {h.name for h in hosts}
+        for name, host in known.items():
+            host.present = name in seen_hosts
+        for gpu in session.scalars(select(GpuModel)):
+            gpu.present = gpu.id in seen_gpus
+
+
+def _new_host(ctx: ServiceContext, session: Session, info: HostInfo) -> HostModel:
+    host = HostModel(
+        id=uuid.uuid4().hex[:16],
+        name=info.name,
+        cpus=info.cpus,
+        memory_gb=info.memory_gb,
+        driver_version=info.driver_version,
+        cuda_version=info.cuda_version,
+        simulated=info.simulated,
+        present=True,
+        created_at=ctx.clock(),
+    )
+    session.add(host)
+    session.flush()
+    return host
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    model: str
+    memory_mb: int
+    total: int
+    free: int
+    hosts: int
+    max_per_host: int
+    price_per_hour: str | None = None  # per GPU, a decimal string; None: no price set
+
+
+def gpu_summary(ctx: ServiceContext) -> list[ModelSummary]:
+    with ctx.sessions() as session:
+        gpus = session.scalars(
+            select(GpuModel)
+            .join(HostModel)
+            .where(GpuModel.present.is_(True), HostModel.present.is_(True))
+            .options(selectinload(GpuModel.allocation))
+        ).all()
+        prices = metering.gpu_prices(session)
+    per_model: dict[str, list[GpuModel]] = defaultdict(list)
+    for gpu in gpus:
+        per_model[gpu.model].append(gpu)
+    summaries = []
+    for model, members in sorted(per_model.items()):
+        per_host: dict[str, int] = defaultdict(int)
+        for gpu in members:
+            per_host[gpu.host_id] += 1
+        summaries.append(
+            ModelSummary(
+                model=model,
+                memory_mb=members[0].memory_mb,
+                total=len(members),
+                free=sum(1 for g in members if _is_free(g)),
+                hosts=len(per_host),
+                max_per_host=max(per_host.values()),
+                price_per_hour=format_amount(prices[model]) if model in prices else None,
+            )
+        )
+    return summaries
+
+
+def _is_free(gpu: GpuModel) -> bool:
+    return gpu.allocation is None and gpu.state == GpuState.HEALTHY
+
+
+def list_hosts(ctx: ServiceContext) -> list[HostModel]:
+    with ctx.sessions() as session:
+        return list(
+            session.scalars(
+                select(HostModel)
+                .options(selectinload(HostModel.gpus).selectinload(GpuModel.allocation))
+                .order_by(HostModel.name)
+            )
+        )
+
+
+def capacity_snapshot(session: Session) -> list[HostCapacity]:
+    """Free CPU, memory and healthy unallocated GPUs per present host."""
+    hosts = session.scalars(
+        select(HostModel)
+        .where(HostModel.present.is_(True))
+        .options(selectinload(HostModel.gpus).selectinload(GpuModel.allocation))
+    ).all()
+    used_cpu: dict[str, float] = defaultdict(float)
+    used_mem: dict[str, float] = defaultdict(float)
+    holding = session.execute(
+        select(InstanceModel.host_id, InstanceModel.cpu, InstanceModel.memory_gb).where(
+            InstanceModel.placed.is_(True), InstanceModel.host_id.is_not(None)
+        )
+    ).all()
+    for host_id, cpu, memory in holding:
+        if host_id is None:
+            continue
+        used_cpu[host_id] += cpu
+        used_mem[host_id] += memory
+    return [
+        HostCapacity(
+            host_id=h.id,
+            free_cpus=h.cpus - used_cpu[h.id],
+            free_memory_gb=h.memory_gb - used_mem[h.id],
+            free_gpus=tuple(_slot(g) for g in h.gpus if g.present and _is_free(g)),
+            gpu_models=frozenset(g.model for g in h.gpus if g.present),
+        )
+        for h in hosts
+    ]
+
+
+def _slot(gpu: GpuModel) -> GpuSlot:
+    peers = frozenset(p for p in gpu.nvlink_peers.split(",") if p)
+    return GpuSlot(gpu.id, gpu.model, gpu.index, gpu.numa_node, peers)
+
+
+def allocated_gpu_ids(session: Session, instance_id: str) -> list[str]:
+    return list(
+        session.scalars(
+            select(GpuAllocationModel.gpu_id)
+            .where(GpuAllocationModel.instance_id == instance_id)
+            .order_by(GpuAllocationModel.gpu_id)
+        )
+    )

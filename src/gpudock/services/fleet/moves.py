@@ -1,0 +1,202 @@
+"""Moving an instance to other GPUs with its id, SSH endpoint and data (issue 6).
+
+A move off a failed GPU: `request_move` switches a running instance to
+'migrating' at the fault's timestamp (its billing interval closes there);
+the lifecycle's evacuate step stops the container and releases the GPUs;
+the placement pass finds a healthy GPU of the same model (same host first);
+the run step commits the writable layer, moves the data volume if the host
+changed (`ensure_data_volume`), and starts the new container. The same run
+step moves a stopped instance whose host is full when it starts again.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from gpudock.db.models import (
+    DesiredState,
+    HostModel,
+    InstanceModel,
+    InstanceStatus,
+    MigrationModel,
+)
+from gpudock.runtime.base import LABEL_HOST, LABEL_INSTANCE
+from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import move_log as migration_log
+from gpudock.services.fleet.inventory import allocated_gpu_ids
+from gpudock.services.instances import container_spec as containers
+from gpudock.services.instances.status import switch_instance_status
+from gpudock.services.leases import with_lease
+
+log = logging.getLogger(__name__)
+S = InstanceStatus
+PROGRESS_STEP = 0.1  # report a data move's progress every 10 %
+
+
+def request_move(
+    session: Session,
+    instance: InstanceModel,
+    reason: str,
+    fault_id: int | None,
+    at: datetime,
+) -> bool:
+    """Ask a running instance to leave its GPUs now. Instances on their way
+    up are moved by the run step, which never starts on a GPU that is not
+    healthy; stopped ones hold no GPU. True if a move was requested."""
+    if (
+        instance.status != S.RUNNING
+        or instance.desired_state != DesiredState.RUNNING
+        or not instance.placed
+    ):
+        return False
+    session.add(
+        MigrationModel(
+            instance_id=instance.id,
+            fault_id=fault_id,
+            reason=reason,
+            trigger="fault" if fault_id is not None else "drain",
+            gpu_model=instance.gpu_model,
+            from_host_id=instance.host_id,
+            from_gpus=",".join(allocated_gpu_ids(session, instance.id)),
+            outcome=migration_log.MOVING,
+            started_at=at,
+        )
+    )
+    switch_instance_status(session, instance, S.MIGRATING, f"moving: {reason}", at)
+    return True
+
+
+def data_volume_on(cluster_id: str, instance: InstanceModel, host: HostModel) -> str:
+    """Where the data volume lives on `host`: its first home keeps the
+    original name; each later home gets a name of its own, so a move that is
+    cut short resumes into the same target."""
+    if instance.data_volume is None or instance.data_host_id == host.id:
+        return instance.data_volume or containers.volume_name(cluster_id, instance.id)
+    return f"{containers.volume_name(cluster_id, instance.id)}-{host.id[:12]}"
+
+
+def ensure_data_volume(
+    ctx: ServiceContext, instance: InstanceModel, host: HostModel, token: str
+) -> InstanceModel:
+    """Make the instance's data volume exist on `host`, copying it from the
+    host that holds it if that is another one. Idempotent and resumable.
+    The old copy stays until the old container is gone: the caller removes
+    it then (`remove_stale_volume`), or garbage collection does after a crash."""
+    target = data_volume_on(ctx.cluster_id, instance, host)
+    labels = {**containers.instance_labels(ctx.cluster_id, instance), LABEL_HOST: host.name}
+    ctx.runtime.ensure_volume(target, labels, size_gb=instance.disk_gb)
+    if instance.data_volume is None:
+        # Its first home: the name is derived from the id, so it is recorded
+        # with 'running' (`record_first_home`), one transaction fewer on the way up.
+        return instance
+    if instance.data_volume is not None and instance.data_volume != target:
+        with_lease(
+            ctx,
+            instance.id,
+            token,
+            lambda session, row: note_start_move(session, row, row.data_host_id, host, ctx.clock()),
+        )
+        _copy_data(ctx, instance, target, host, token)
+    if instance.data_volume == target and instance.data_host_id == host.id:
+        return instance
+    source = instance.data_volume
+
+    def mutate(session: Session, row: InstanceModel) -> InstanceModel:
+        row.data_volume, row.data_host_id = target, host.id
+        return row
+
+    updated = with_lease(ctx, instance.id, token, mutate)
+    if source is not None and source != target:
+        ctx.crash_point("after_data_move")
+    return updated
+
+
+def record_first_home(instance: InstanceModel, host_id: str, cluster_id: str) -> None:
+    """On the row, in the caller's transaction: where the data volume was made."""
+    if instance.data_volume is None:
+        instance.data_volume = containers.volume_name(cluster_id, instance.id)
+        instance.data_host_id = host_id
+
+
+def remove_stale_volumes(ctx: ServiceContext, instance: InstanceModel) -> None:
+    """Once the container is replaced (the old one held the old volume): any
+    volume of this instance that is not its data volume now is a copy left
+    on the host it moved away from, possibly by a move a crash cut short."""
+    labels = {**containers.cluster_labels(ctx.cluster_id), LABEL_INSTANCE: instance.id}
+    keep = containers.data_volume_of(ctx.cluster_id, instance)
+    for volume in ctx.runtime.list_volumes(labels):
+        if volume.name != keep:
+            ctx.runtime.remove_volume(volume.name)
+
+
+def _copy_data(
+    ctx: ServiceContext, instance: InstanceModel, target: str, host: HostModel, token: str
+) -> None:
+    assert instance.data_volume is not None
+    reported = [-1.0]
+
+    def progress(done: int, total: int) -> None:
+        fraction = done / total if total else 1.0
+        if fraction - reported[0] < PROGRESS_STEP and fraction < 1.0:
+            return
+        reported[0] = fraction
+        message = f"moving data to {host.name}: {_size(done)} of {_size(total)}"
+        with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, message, ctx.clock()))
+
+    log.info("instance %s: moving data %s → %s", instance.id, instance.data_volume, target)
+    copied = ctx.runtime.copy_volume(
+        instance.data_volume,
+        target,
+        image=instance.system_image,
+        helper_name=f"{containers.container_name(ctx.cluster_id, instance.id)}-move",
+        labels=containers.instance_labels(ctx.cluster_id, instance),
+        on_progress=progress,
+    )
+    ctx.crash_point("after_data_copy")
+
+    def record(session: Session, row: InstanceModel) -> None:
+        move = migration_log.open_move(session, row.id)
+        if move is not None:
+            move.bytes_copied = copied
+
+    with_lease(ctx, instance.id, token, record)
+
+
+def _note(session: Session, instance: InstanceModel, message: str, at: datetime) -> None:
+    switch_instance_status(session, instance, instance.status, message, at)
+
+
+def _size(count: int) -> str:
+    if count < 1024**2:
+        return f"{count / 1024:.0f} KiB"
+    if count < 1024**3:
+        return f"{count / 1024**2:.0f} MiB"
+    return f"{count / 1024**3:.2f} GiB"
+
+
+def note_start_move(
+    session: Session,
+    instance: InstanceModel,
+    from_host: str | None,
+    to_host: HostModel,
+    at: datetime,
+) -> None:
+    """A stopped instance started on another host (its own was full): keep a
+    record, so moves are visible whatever caused them."""
+    if migration_log.open_move(session, instance.id) is not None:
+        return
+    session.add(
+        MigrationModel(
+            instance_id=instance.id,
+            reason=f"started on {to_host.name}: its host had no free {instance.gpu_model}",
+            trigger="start",
+            gpu_model=instance.gpu_model,
+            from_host_id=from_host,
+            to_host_id=to_host.id,
+            outcome=migration_log.MOVING,
+            started_at=at,
+        )
+    )

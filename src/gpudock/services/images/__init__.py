@@ -1,0 +1,2 @@
+"""Images: the catalog and pre-flight, who may use which image, builds,
+the validation gate."""

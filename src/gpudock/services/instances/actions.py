@@ -1,0 +1,318 @@
+"""Instances: the user-facing operations and the one writer of their status."""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import ColumnElement, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpudock.db.models import (
+    DesiredState,
+    GpuAllocationModel,
+    HostModel,
+    InstanceEventModel,
+    InstanceModel,
+    UserModel,
+    UserState,
+)
+from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.services.billing import balances as billing
+from gpudock.services.context import ServiceContext
+from gpudock.services.images import access as image_access
+from gpudock.services.images import catalog as images
+from gpudock.services.instances import sizing
+from gpudock.services.instances.status import (
+    S,
+    is_leased,
+    record_instance_note,
+    request_delete,
+    switch_for_request,
+    switch_instance_status,
+)
+
+_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+RESERVED_ENV_PREFIXES = ("NVIDIA_", "GPUDOCK_")
+RESERVED_ENV_NAMES = frozenset({"LD_PRELOAD", "LD_AUDIT"})
+RESTART_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class InstanceRequest:
+    gpu_model: str | None
+    gpu_count: int
+    name: str | None = None
+    image: str | None = None
+    cpu: float | None = None
+    memory_gb: int | None = None
+    disk_gb: int | None = None
+    system_disk_gb: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def create_instance(
+    ctx: ServiceContext, user: UserModel, request: InstanceRequest
+) -> InstanceModel:
+    """Validate, then write the instance as pending in one transaction; the
+    reconciler places and starts it."""
+    _check_env(request.env)
+    # May ask a registry: outside any transaction.
+    image = image_access.resolve(ctx, user, request.image or ctx.settings.default_image).reference
+    unchecked = images.preflight(ctx, user, image, request.gpu_model)  # driver/arch fit
+    instance_id = "i-" + secrets.token_hex(5)
+    name = request.name or instance_id
+    if not _NAME.match(name):
+        raise InvalidRequest(
+            f"bad instance name {name!r}: use 1-63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit",
+            field="name",
+        )
+    now = ctx.clock()
+    try:
+        with ctx.sessions.begin() as session:
+            size = sizing.resolve_size(session, ctx.settings, request)
+            _check_name_free(session, user, name)
+            billing.check_funds(session, ctx.settings, user.id, request, now)
+            instance = InstanceModel(
+                id=instance_id,
+                name=name,
+                user_id=user.id,
+                gpu_model=request.gpu_model,
+                gpu_count=request.gpu_count,
+                image=image,
+                system_image=image,
+                cpu=size.cpu,
+                memory_gb=size.memory_gb,
+                disk_gb=size.disk_gb,
+                system_disk_gb=size.system_disk_gb,
+                desired_state=DesiredState.RUNNING,
+                env=_encode_env(request.env),
+                created_at=now,
+                updated_at=now,
+                queued_at=now,
+                placed=False,
+            )
+            session.add(instance)
+            switch_instance_status(session, instance, S.PENDING, "waiting for placement", now)
+            if unchecked:
+                record_instance_note(session, instance, unchecked, now)
+    except IntegrityError as exc:
+        raise Conflict(f"you already have an instance named {name!r}", field="name") from exc
+    ctx.wake_reconciler()
+    return instance
+
+
+def _check_env(env: dict[str, str]) -> None:
+    for key in env:
+        if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
+            raise InvalidRequest(
+                f"environment variable {key!r} is reserved: gpudock sets LD_PRELOAD, "
+                "LD_AUDIT, NVIDIA_* and GPUDOCK_* itself so that an instance cannot "
+                "reach GPUs or host hooks it was not given",
+                field="env",
+            )
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", key):
+            raise InvalidRequest(f"bad environment variable name {key!r}", field="env")
+
+
+def _encode_env(env: dict[str, str]) -> str:
+    return json.dumps(env, sort_keys=True)
+
+
+def _check_name_free(session: Session, user: UserModel, name: str) -> None:
+    taken = session.scalar(
+        select(InstanceModel.id).where(
+            InstanceModel.user_id == user.id,
+            InstanceModel.name == name,
+            InstanceModel.status != S.DELETED,
+        )
+    )
+    if taken is not None:
+        raise Conflict(f"you already have an instance named {name!r}", field="name")
+
+
+def _visible(user: UserModel) -> list[ColumnElement[bool]]:
+    return [] if user.is_admin else [InstanceModel.user_id == user.id]
+
+
+def list_instances(
+    ctx: ServiceContext, user: UserModel, *, include_deleted: bool = False
+) -> list[InstanceModel]:
+    with ctx.sessions() as session:
+        query = select(InstanceModel).where(*_visible(user)).order_by(InstanceModel.created_at)
+        if not include_deleted:
+            query = query.where(InstanceModel.status != S.DELETED)
+        return list(session.scalars(query))
+
+
+def _load(session: Session, user: UserModel, ref: str, *, lock: bool = False) -> InstanceModel:
+    """By id, or by name among the user's live instances; another tenant's → NotFound."""
+    query = select(InstanceModel).where(
+        *_visible(user),
+        or_(
+            InstanceModel.id == ref,
+            (InstanceModel.name == ref)
+            & (InstanceModel.user_id == user.id)
+            & (InstanceModel.status != S.DELETED),
+        ),
+    )
+    if lock:
+        query = query.with_for_update()
+    instance = session.scalars(query).first()
+    if instance is None:
+        raise NotFound(f"no instance {ref!r}: `gpudock instances list` shows yours")
+    return instance
+
+
+def get_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    with ctx.reader() as session:
+        return _load(session, user, ref)
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    instance: InstanceModel
+    gpus: list[str]
+    host_name: str | None
+
+
+def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceView]:
+    """Instances with their allocated GPUs and host names, in two queries."""
+    ids = [i.id for i in instances]
+    with ctx.reader() as session:
+        rows = session.execute(
+            select(GpuAllocationModel.instance_id, GpuAllocationModel.gpu_id)
+            .where(GpuAllocationModel.instance_id.in_(ids))
+            .order_by(GpuAllocationModel.gpu_id)
+        ).all()
+        host_names = dict(session.execute(select(HostModel.id, HostModel.name)).all())
+    gpus: dict[str, list[str]] = {i: [] for i in ids}
+    for instance_id, gpu_id in rows:
+        gpus[instance_id].append(gpu_id)
+    return [
+        InstanceView(i, gpus[i.id], host_names.get(i.host_id) if i.host_id else None)
+        for i in instances
+    ]
+
+
+def view(ctx: ServiceContext, instance: InstanceModel) -> InstanceView:
+    return views(ctx, [instance])[0]
+
+
+def list_events(ctx: ServiceContext, user: UserModel, ref: str) -> list[InstanceEventModel]:
+    with ctx.sessions() as session:
+        instance = _load(session, user, ref)
+        return list(
+            session.scalars(
+                select(InstanceEventModel)
+                .where(InstanceEventModel.instance_id == instance.id)
+                .order_by(InstanceEventModel.id)
+            )
+        )
+
+
+def _request(
+    ctx: ServiceContext,
+    user: UserModel,
+    ref: str,
+    desired: DesiredState,
+    verb: str,
+    *,
+    stay: bool | None = None,
+    note: str | None = None,
+) -> InstanceModel:
+    """Record the desired state; switch status now where no I/O is needed
+    and no reconciler holds the row, else leave it to the reconciler. A `note`
+    goes on the instance's timeline."""
+    now = ctx.clock()
+    with ctx.sessions.begin() as session:
+        instance = _load(session, user, ref, lock=True)
+        if (
+            instance.status in (S.DELETING, S.DELETED)
+            or instance.desired_state == DesiredState.DELETED
+        ):
+            raise Conflict(f"instance {instance.id} is being deleted; it cannot {verb}")
+        if desired == DesiredState.RUNNING:
+            _check_owner_active(session, instance)
+        if desired == DesiredState.RUNNING and instance.status in (S.STOPPED, S.FAILED):
+            billing.check_funds(session, ctx.settings, instance.user_id, instance, now)
+        instance.desired_state = desired
+        if stay is not None:
+            instance.stay_on_host = stay
+        if desired == DesiredState.RUNNING:
+            instance.queued_at = (
+                now if instance.status in (S.STOPPED, S.FAILED) else instance.queued_at
+            )
+        if not is_leased(instance, now):
+            switch_for_request(session, instance, desired, f"{verb} requested", now)
+        if note:
+            record_instance_note(session, instance, note, now)
+        instance.updated_at = now
+    ctx.wake_reconciler()
+    return instance
+
+
+def _check_owner_active(session: Session, instance: InstanceModel) -> None:
+    """Read after the instance's row lock, so a concurrent disable is seen or
+    sees this start (and stops it)."""
+    owner = session.get(UserModel, instance.user_id)
+    if owner is not None and owner.state != UserState.ACTIVE:
+        raise Conflict(
+            f"instance {instance.id} belongs to {owner.name}, whose account is "
+            f"{owner.state.value}: an admin enables it first (`gpudock users enable {owner.name}`)"
+        )
+
+
+def start_instance(
+    ctx: ServiceContext, user: UserModel, ref: str, *, stay: bool = False
+) -> InstanceModel:
+    """Start on the old GPUs if free, else anywhere with the data moved along;
+    `stay` waits for a GPU on the instance's own host instead (issue 6)."""
+    unchecked = images.preflight_start(ctx, user, ref)  # the image still fits the fleet
+    return _request(ctx, user, ref, DesiredState.RUNNING, "start", stay=stay, note=unchecked)
+
+
+def stop_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    return _request(ctx, user, ref, DesiredState.STOPPED, "stop")
+
+
+def delete_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    now = ctx.clock()
+    with ctx.sessions.begin() as session:
+        instance = _load(session, user, ref, lock=True)
+        request_delete(session, instance, "delete requested", now)
+    ctx.wake_reconciler()
+    return instance
+
+
+def restart_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:
+    """Stop the container and start it again on the same GPUs.
+
+    A reconciler may hold the row for a few milliseconds after it reports
+    running; wait that out (bounded) rather than fail the user's request.
+    """
+    deadline = time.monotonic() + RESTART_WAIT_S
+    while True:
+        now = ctx.clock()
+        with ctx.sessions.begin() as session:
+            instance = _load(session, user, ref, lock=True)
+            if instance.status != S.RUNNING or instance.desired_state != DesiredState.RUNNING:
+                raise Conflict(
+                    f"instance {instance.id} is {instance.status}; only a running instance "
+                    "can restart (use start for a stopped one)"
+                )
+            if not is_leased(instance, now):
+                # Desired state stays 'running': the reconciler stops the
+                # container, keeps the GPUs (placed stays true) and starts it.
+                switch_instance_status(session, instance, S.STOPPING, "restart requested", now)
+                break
+        if time.monotonic() > deadline:
+            raise Conflict(f"instance {instance.id} is busy; try again in a moment")
+        time.sleep(0.05)
+    ctx.wake_reconciler()
+    return instance

@@ -1,0 +1,116 @@
+"""How an instance maps onto runtime objects: names, labels, the container spec."""
+
+from __future__ import annotations
+
+import json
+
+from gpudock.db.models import HostModel, InstanceModel
+from gpudock.runtime.base import (
+    LABEL_CLUSTER,
+    LABEL_GPUS,
+    LABEL_HOST,
+    LABEL_INSTANCE,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    ContainerSpec,
+)
+from gpudock.services.instances.actions import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
+from gpudock.settings import Settings
+
+DATA_MOUNT = "/root/data"
+
+
+def container_name(cluster_id: str, instance_id: str) -> str:
+    return f"gpudock-{cluster_id}-{instance_id}"
+
+
+def volume_name(cluster_id: str, instance_id: str) -> str:
+    return f"gpudock-{cluster_id}-{instance_id}-data"
+
+
+def network_name(cluster_id: str, user_id: str) -> str:
+    """Each tenant's containers share a bridge of their own, apart from everyone else's."""
+    return f"gpudock-{cluster_id}-u-{user_id}"
+
+
+def network_labels(cluster_id: str, user_id: str) -> dict[str, str]:
+    return {**cluster_labels(cluster_id), LABEL_OWNER: user_id}
+
+
+def data_volume_of(cluster_id: str, instance: InstanceModel) -> str:
+    """The instance's data volume now: it gets a new name when it moves host (issue 6)."""
+    return instance.data_volume or volume_name(cluster_id, instance.id)
+
+
+def system_image_repository(cluster_id: str, instance_id: str) -> str:
+    return f"gpudock-sys/{cluster_id}-{instance_id}"
+
+
+def cluster_labels(cluster_id: str) -> dict[str, str]:
+    return {LABEL_MANAGED: "true", LABEL_CLUSTER: cluster_id}
+
+
+def instance_labels(cluster_id: str, instance: InstanceModel) -> dict[str, str]:
+    return {
+        **cluster_labels(cluster_id),
+        LABEL_INSTANCE: instance.id,
+        LABEL_OWNER: instance.user_id,
+    }
+
+
+def user_env(instance: InstanceModel) -> dict[str, str]:
+    """The user's variables, minus anything that could reach GPUs or host hooks
+    (checked at the API too; stripped here again in case a row predates that)."""
+    env: dict[str, str] = json.loads(instance.env or "{}")
+    return {
+        k: v
+        for k, v in env.items()
+        if k not in RESERVED_ENV_NAMES and not k.startswith(RESERVED_ENV_PREFIXES)
+    }
+
+
+def build_spec(
+    settings: Settings,
+    cluster_id: str,
+    instance: InstanceModel,
+    host: HostModel,
+    gpu_uuids: list[str],
+) -> ContainerSpec:
+    gpus = ",".join(gpu_uuids)
+    env = {
+        **user_env(instance),
+        "GPUDOCK_INSTANCE_ID": instance.id,
+        "GPUDOCK_INSTANCE_NAME": instance.name,
+        "GPUDOCK_GPUS": gpus,
+        # 'void' hides every GPU from the NVIDIA runtime in no-GPU mode, and
+        # overrides images that set NVIDIA_VISIBLE_DEVICES=all themselves.
+        "NVIDIA_VISIBLE_DEVICES": gpus or "void",
+        # Empty values override an image's ENV LD_PRELOAD / LD_AUDIT.
+        "LD_PRELOAD": "",
+        "LD_AUDIT": "",
+    }
+    return ContainerSpec(
+        name=container_name(cluster_id, instance.id),
+        hostname=instance.name,
+        image=instance.system_image,
+        labels={
+            **instance_labels(cluster_id, instance),
+            LABEL_HOST: host.name,
+            LABEL_GPUS: gpus,
+        },
+        env=env,
+        gpu_uuids=tuple(gpu_uuids),
+        real_gpus=not host.simulated,
+        cpus=instance.cpu,
+        memory_mb=instance.memory_gb * 1024,
+        pids_limit=settings.pids_limit,
+        volume_name=data_volume_of(cluster_id, instance),
+        volume_mount=DATA_MOUNT,
+        stop_timeout_s=settings.stop_timeout_s,
+        # 'watchdog' measures instead of asking the engine to cap (see system_disks).
+        system_disk_gb=(instance.system_disk_gb or settings.system_disk_gb)
+        if settings.system_disk_enforce == "auto"
+        else None,
+        network=network_name(cluster_id, instance.user_id),
+        network_labels=network_labels(cluster_id, instance.user_id),
+    )

@@ -1,0 +1,119 @@
+"""Validation of what an instance asks for: image, GPU model and count, sizes."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpudock.db.models import GpuModel, HostModel
+from gpudock.errors import InvalidRequest
+from gpudock.settings import Settings
+
+if TYPE_CHECKING:
+    from gpudock.services.instances.actions import InstanceRequest
+
+
+@dataclass(frozen=True)
+class Size:
+    cpu: float
+    memory_gb: int
+    disk_gb: int
+    system_disk_gb: int
+
+
+@dataclass(frozen=True)
+class _HostShape:
+    cpus: float
+    memory_gb: int
+    gpus: int
+
+
+def _shapes(session: Session, model: str | None) -> list[_HostShape]:
+    rows = session.execute(
+        select(HostModel.id, HostModel.cpus, HostModel.memory_gb, GpuModel.model)
+        .join(GpuModel, GpuModel.host_id == HostModel.id, isouter=True)
+        .where(HostModel.present.is_(True))
+    ).all()
+    hosts: dict[str, _HostShape] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for host_id, cpus, memory_gb, gpu_model in rows:
+        if model is None or gpu_model == model:
+            hosts[host_id] = _HostShape(cpus, memory_gb, 0)
+            counts[host_id] += int(gpu_model is not None and gpu_model == model)
+    return [_HostShape(h.cpus, h.memory_gb, counts[k]) for k, h in hosts.items()]
+
+
+def known_models(session: Session) -> list[str]:
+    return sorted(set(session.scalars(select(GpuModel.model).where(GpuModel.present.is_(True)))))
+
+
+def resolve_size(session: Session, settings: Settings, request: InstanceRequest) -> Size:
+    if request.gpu_count > 0 and request.gpu_model is None:
+        raise InvalidRequest("gpu_model is required when gpu_count > 0", field="gpu_model")
+    shapes = _shapes(session, request.gpu_model)
+    if request.gpu_model is not None and not any(s.gpus for s in shapes):
+        raise InvalidRequest(
+            f"unknown GPU model {request.gpu_model!r}; available: "
+            f"{', '.join(known_models(session)) or 'none'}",
+            field="gpu_model",
+        )
+    if not shapes:
+        raise InvalidRequest("no hosts are available", field="gpu_model")
+    if request.gpu_count > 0:
+        largest = max(s.gpus for s in shapes)
+        if request.gpu_count > largest:
+            raise InvalidRequest(
+                f"gpu_count {request.gpu_count} is more than any host has: at most {largest} "
+                f"× {request.gpu_model} fit on one host",
+                field="gpu_count",
+            )
+        fitting = [s for s in shapes if s.gpus >= request.gpu_count]
+        # AutoDL-style default: the smallest per-GPU share of CPU and memory
+        # among hosts that could take the request, times the GPU count.
+        cpu = min(s.cpus / s.gpus for s in fitting) * request.gpu_count
+        memory = min(s.memory_gb // s.gpus for s in fitting) * request.gpu_count
+    else:
+        fitting, cpu, memory = shapes, settings.no_gpu_cpu, settings.no_gpu_memory_gb
+    return Size(
+        cpu=_check_cpu(request.cpu, cpu, fitting),
+        memory_gb=_check_memory(request.memory_gb, memory, fitting),
+        disk_gb=_check_disk(request.disk_gb, settings),
+        system_disk_gb=_check_system_disk(request.system_disk_gb, settings),
+    )
+
+
+def _check_cpu(asked: float | None, default: float, shapes: list[_HostShape]) -> float:
+    most = max(s.cpus for s in shapes)
+    value = default if asked is None else asked
+    if not (0 < value <= most) or math.isnan(value):
+        raise InvalidRequest(f"cpu must be > 0 and at most {most:g} here", field="cpu")
+    return round(value, 3)
+
+
+def _check_memory(asked: int | None, default: int, shapes: list[_HostShape]) -> int:
+    most = max(s.memory_gb for s in shapes)
+    value = max(1, default) if asked is None else asked
+    if not 0 < value <= most:
+        raise InvalidRequest(f"memory_gb must be 1..{most} here", field="memory_gb")
+    return value
+
+
+def _check_disk(asked: int | None, settings: Settings) -> int:
+    value = settings.default_disk_gb if asked is None else asked
+    if not 0 < value <= settings.max_disk_gb:
+        raise InvalidRequest(f"disk_gb must be 1..{settings.max_disk_gb}", field="disk_gb")
+    return value
+
+
+def _check_system_disk(asked: int | None, settings: Settings) -> int:
+    value = settings.system_disk_gb if asked is None else asked
+    if not 0 < value <= settings.max_system_disk_gb:
+        raise InvalidRequest(
+            f"system_disk_gb must be 1..{settings.max_system_disk_gb}", field="system_disk_gb"
+        )
+    return value

@@ -1,0 +1,1 @@
+"""Shared test helpers: factories, clocks, platforms, server processes, engines."""
