@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     reconcile_workers: int = Field(default=8, ge=1, le=64)
     health_check_interval_s: float = Field(default=10.0, gt=0)
 
-    # -- GPU health and migration (issue 6) ---------------------------------
+    # -- GPU health and migration ---------------------------------
     gpu_health_interval_s: float = Field(
         default=2.0, gt=0, description="How often to poll the GPUs' health (NVML events)."
     )
@@ -131,7 +131,7 @@ class Settings(BaseSettings):
         default=120.0, gt=0, description="How often the watchdog measures system disks."
     )
 
-    # -- web console (issue 8) ---------------------------------------------
+    # -- web console ---------------------------------------------
     session_cookie_secure: bool = Field(
         default=False,
         description="Mark the console's cookies Secure (set it when served over HTTPS).",
@@ -140,7 +140,7 @@ class Settings(BaseSettings):
         default=12.0, gt=0, le=24 * 30, description="How long a console login lasts (hours)."
     )
 
-    # -- SSH gateway (issue 3) ----------------------------------------------
+    # -- SSH gateway ----------------------------------------------
     ssh_enabled: bool = Field(
         default=True, description="Run the SSH gateway inside `gpudock server`."
     )
@@ -168,7 +168,7 @@ class Settings(BaseSettings):
         "'allow' lets them log in (their owners are told to prove them), 'refuse' ends that.",
     )
 
-    # -- rate limits (issue 9): "N/second;M/minute" (the `limits` notation) --
+    # -- rate limits: "N/second;M/minute" (the `limits` notation) --
     rate_limits_enabled: bool = Field(
         default=True, description="Answer 429 (API) or close the connection (SSH) past a limit."
     )
@@ -199,7 +199,7 @@ class Settings(BaseSettings):
         description="Comma-separated crash points (tests only); empty in production.",
     )
 
-    # -- billing (issue 4) ------------------------------------------------
+    # -- billing ------------------------------------------------
     currency: str = Field(
         default="CNY",
         pattern="^[A-Z]{3}$",

@@ -201,7 +201,7 @@ def test_duplicate_deliveries_and_a_rolled_back_pass_change_nothing(
         pass
 
     with pytest.raises(Crash), platform.ctx.sessions.begin() as session:  # killed mid-pass
-        charging._charge(platform.ctx, session, [alice.id], clock.now, charging.PassReport())
+        charging.charge_batch(platform.ctx, session, [alice.id], clock.now, charging.PassReport())
         raise Crash
     assert postings(platform, instance_id) == []
     charging.charge_pass(platform.ctx)

@@ -173,7 +173,7 @@ def test_a_container_that_dies_is_brought_back(
     container = engine.containers.get(containers.container_name(real.ctx.cluster_id, shown["id"]))
     run(container, "echo kept > /root/data/k")
     container.remove(force=True)  # an operator's mistake, or a crashed host daemon
-    real.reconciler._last_health = 0.0  # due now
+    real.reconciler.make_due("liveness")
     real.reconciler.drain()
     assert instance(api, carol, "c")["status"] == "running"
     revived = engine.containers.get(container.name)

@@ -83,7 +83,7 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         images.instance_router,
         billing.router,
         ssh.router,
-        health.router,  # issue 6
+        health.router,
     )
     for router in routers:
         api.include_router(router)
@@ -94,6 +94,6 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    mount_console(app)  # the web console at / (issue 8); the API stays under /api/v1
+    mount_console(app)  # the web console at /; the API stays under /api/v1
 
     return app

@@ -1,4 +1,4 @@
-"""API bodies for images (issue 7)."""
+"""API bodies for images."""
 
 from __future__ import annotations
 

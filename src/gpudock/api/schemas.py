@@ -227,7 +227,7 @@ class InstancePublic(BaseModel):
         default=None, description="How to reach it through the SSH gateway (None: no gateway)."
     )
     stay_on_host: bool = Field(
-        default=False, description="Start waits for its own host instead of moving (issue 6)."
+        default=False, description="Start waits for its own host instead of moving."
     )
 
 
@@ -239,13 +239,13 @@ class InstanceEventPublic(BaseModel):
 
 
 class PasswordSetRequest(BaseModel):
-    """A console password (issue 8): argon2id-hashed, never stored or shown in clear."""
+    """A console password: argon2id-hashed, never stored or shown in clear."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     password: str = Field(min_length=8, max_length=1024)
 
 
-# -- SSH keys, sessions and the gateway (issue 3) --
+# -- SSH keys, sessions and the gateway --
 
 
 class SshKeyCreateRequest(BaseModel):

@@ -60,7 +60,7 @@ app.command("ssh-config")(ssh.ssh_config)
 app.add_typer(images.app, name="images")
 app.add_typer(billing.app, name="billing")
 app.add_typer(billing.admin_app, name="admin")
-billing.admin_app.add_typer(health.gpus_app, name="gpus")  # issue 6
+billing.admin_app.add_typer(health.gpus_app, name="gpus")
 billing.admin_app.command("reliability")(health.reliability)
 app.command("doctor")(doctor.doctor)
 app.add_typer(doctor.env_app, name="env")

@@ -74,7 +74,7 @@ class InstanceStatus(enum.StrEnum):
     DELETING = "deleting"
     DELETED = "deleted"
     FAILED = "failed"
-    MIGRATING = "migrating"  # issue 6: moving off a failed GPU or host
+    MIGRATING = "migrating"  # moving off a failed GPU or host
 
 
 class DesiredState(enum.StrEnum):
@@ -182,7 +182,7 @@ class GpuModel(Base):
         comment="written only by services.health.switch_gpu_state()",
     )
     present: Mapped[bool] = mapped_column(Boolean, default=True)
-    # issue 6: why the state is what it is, and since when (reliability statistics)
+    # why the state is what it is, and since when (reliability statistics)
     state_reason: Mapped[str] = mapped_column(Text, default="")
     state_changed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     first_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
@@ -241,7 +241,7 @@ class InstanceModel(Base):
     queued_at: Mapped[datetime] = mapped_column(UTCDateTime)
     lock_token: Mapped[str | None] = mapped_column(String(32), nullable=True)
     lock_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
-    # issue 6: where the data volume lives now (it follows the instance between hosts)
+    # where the data volume lives now (it follows the instance between hosts)
     data_volume: Mapped[str | None] = mapped_column(
         String(255), nullable=True, comment="the data volume's name; None until first created"
     )
@@ -278,7 +278,7 @@ class InstanceEventModel(Base):
     message: Mapped[str] = mapped_column(Text, default="")
 
 
-# -- console accounts (issue 8) --
+# -- console accounts --
 
 
 class UserPasswordModel(Base):
@@ -305,7 +305,7 @@ class WebSessionModel(Base):
     user: Mapped[UserModel] = relationship()
 
 
-# -- image catalog (issue 7) --
+# -- image catalog --
 
 
 class ImageModel(Base):
@@ -340,7 +340,7 @@ class ImageModel(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-# -- billing (issue 4) --
+# -- billing --
 # Money is integer micro-units (BigInteger) everywhere; see gpudock.billing.
 _BIG_ID = BigInteger().with_variant(Integer(), "sqlite")  # SQLite autoincrements INTEGER only
 
@@ -438,7 +438,7 @@ class BillingPriceModel(Base):
     updated_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
-# -- SSH keys and sessions (issue 3) --
+# -- SSH keys and sessions --
 
 
 class SshKeyModel(Base):
@@ -498,7 +498,7 @@ class SshSessionModel(Base):
     bytes_out: Mapped[int] = mapped_column(BigInteger, default=0, comment="instance → client")
 
 
-# -- GPU health and migration (issue 6) --
+# -- GPU health and migration --
 
 
 class GpuFaultModel(Base):

@@ -40,7 +40,7 @@ class HostInfo:
 
 @dataclass(frozen=True)
 class HealthEvent:
-    """Something a GPU reported about its own health (issue 6).
+    """Something a GPU reported about its own health.
 
     `kind` is 'xid' (with `xid` set) or one of the keys of
     `gpudock.gpu.xid.KIND_ACTIONS` (e.g. 'ecc_dbe', 'gpu_lost')."""

@@ -34,7 +34,6 @@ from gpudock.db.models import (
     BillingAccountModel,
     BillingIntervalModel,
     DesiredState,
-    InstanceEventModel,
     InstanceModel,
     InstanceStatus,
 )
@@ -42,7 +41,7 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.billing import intervals as metering
 from gpudock.services.billing import postings as ledger
 from gpudock.services.context import ServiceContext
-from gpudock.services.instances.status import switch_instance_status
+from gpudock.services.instances.status import record_instance_note, request_stop
 from gpudock.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ def charge_pass(ctx: ServiceContext) -> PassReport:
     for start in range(0, len(todo), USERS_PER_TRANSACTION):
         posted = report.postings
         with ctx.sessions.begin() as session:
-            _charge(ctx, session, todo[start : start + USERS_PER_TRANSACTION], now, report)
+            charge_batch(ctx, session, todo[start : start + USERS_PER_TRANSACTION], now, report)
         if report.postings > posted:
             ctx.crash_point("after_charge")  # tests: SIGKILL right after a charge committed
     if report.stopped:
@@ -139,9 +138,11 @@ def _users_with_work(session: Session, settings: Settings, now: datetime) -> lis
     return sorted(todo)
 
 
-def _charge(
+def charge_batch(
     ctx: ServiceContext, session: Session, user_ids: list[str], now: datetime, report: PassReport
 ) -> None:
+    """Charge and protect these users in the caller's transaction (the pass
+    runs one batch per transaction; a crash keeps all of a batch or none)."""
     users = _open(session, user_ids, lock=True)
     batch = []
     for user in users.values():
@@ -225,7 +226,7 @@ def _protect(
             "top up and start again"
         )
         for row in decision.running:
-            if _stop(session, user.instances[row.instance_id], reason, now):
+            if request_stop(session, user.instances[row.instance_id], reason, now):
                 report.stopped.append(row.instance_id)
     elif decision.action == Protection.WARN:
         minutes = decision.available * 60 // max(decision.burn_per_hour, 1)
@@ -236,34 +237,5 @@ def _protect(
         for row in decision.running:
             if not row.warned:
                 row.warned = True
-                note(session, user.instances[row.instance_id], message, now)
+                record_instance_note(session, user.instances[row.instance_id], message, now)
                 report.warned.append(row.instance_id)
-
-
-def _stop(session: Session, instance: InstanceModel, reason: str, now: datetime) -> bool:
-    """Ask for a stop through the ordinary path: desired state, then the reconciler."""
-    if instance.desired_state != DesiredState.RUNNING:
-        return False
-    instance.desired_state = DesiredState.STOPPED
-    instance.updated_at = now
-    leased = instance.lock_token is not None and (
-        instance.lock_expires_at is not None and instance.lock_expires_at > now
-    )
-    if instance.status == S.RUNNING and not leased:
-        switch_instance_status(session, instance, S.STOPPING, reason, now)
-    else:  # a worker holds the row: it sees the desired state and stops it
-        note(session, instance, reason, now)
-    return True
-
-
-def note(session: Session, instance: InstanceModel, message: str, at: datetime) -> None:
-    """An event on the instance that does not change its status."""
-    session.add(
-        InstanceEventModel(
-            instance_id=instance.id,
-            at=at,
-            from_status=instance.status.value,
-            to_status=instance.status.value,
-            message=message,
-        )
-    )

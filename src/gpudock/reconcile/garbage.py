@@ -56,7 +56,7 @@ def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
             and owner in live
             and container.name != containers.container_name(ctx.cluster_id, owner)
         ):
-            if not container.running:  # a data-move helper a crash left behind (issue 6)
+            if not container.running:  # a data-move helper a crash left behind
                 log.info("removing leftover helper container %s", container.name)
                 ctx.runtime.remove_container(container.id)
                 removed += 1
@@ -74,7 +74,7 @@ def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
                 log.warning("could not remove volume %s yet: %s", volume.name, exc)
                 continue
             removed += 1
-    collect_networks(ctx)  # issue 9
+    collect_networks(ctx)
     return removed
 
 
@@ -96,7 +96,7 @@ def _volumes_in_use(
     ctx: ServiceContext, session: Session, live_rows: Sequence[InstanceModel]
 ) -> set[str]:
     """Each live instance's data volume, and the target of a move in progress
-    (issue 6: after a move, the volume left on the old host is garbage)."""
+    (after a move, the volume left on the old host is garbage)."""
     hosts = {h.id: h for h in session.scalars(select(HostModel))}
     kept = set()
     for row in live_rows:

@@ -140,7 +140,7 @@ def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> 
         .join(GpuAllocationModel)
         .where(GpuAllocationModel.instance_id == instance.id, GpuModel.state != GpuState.HEALTHY)
     ).first()
-    if unfit is not None:  # issue 6: never start on a GPU that is not healthy
+    if unfit is not None:  # never start on a GPU that is not healthy
         _release_placement(session, instance)
         reason = f"GPU {unfit.index} of {host.name} is {unfit.state}; moving to a healthy GPU"
         switch_instance_status(session, instance, S.MIGRATING, reason, now)
@@ -156,7 +156,7 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
     instance, name = run.instance, containers.container_name(ctx.cluster_id, instance_id)
     try:
         ctx.runtime.ensure_image(instance.system_image)
-        instance = migration.ensure_data_volume(ctx, instance, run.host, token)  # issue 6
+        instance = migration.ensure_data_volume(ctx, instance, run.host, token)
         ctx.crash_point("after_volume")
         existing = ctx.runtime.inspect_container(name)
         replaced = existing is not None and existing.labels.get(LABEL_GPUS) != ",".join(run.gpus)
@@ -164,7 +164,7 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
             instance = _carry_writable_layer(ctx, instance, existing, token)
         spec = containers.build_spec(ctx.settings, ctx.cluster_id, instance, run.host, run.gpus)
         state = ctx.runtime.create_container(spec)
-        if replaced:  # issue 6: the old container held the old host's copy of the data
+        if replaced:  # the old container held the old host's copy of the data
             migration.remove_stale_volumes(ctx, instance)
         ctx.crash_point("after_create")
         state = ctx.runtime.start_container(state.id)
@@ -177,7 +177,7 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
         return
     _mark_running(ctx, instance_id, token, state, run)
     # After 'running' is reported: the copy costs a round trip the user need not wait for.
-    images.install_doctor(ctx, state.id)  # issue 7: gpudock-doctor in every instance
+    images.install_doctor(ctx, state.id)  # gpudock-doctor in every instance
 
 
 def _carry_writable_layer(
@@ -210,7 +210,7 @@ def _mark_running(
     def mutate(session: Session, instance: InstanceModel) -> None:
         instance.container_id = state.id
         instance.container_gpus = ",".join(run.gpus)
-        migration.record_first_home(instance, run.host.id, ctx.cluster_id)  # issue 6
+        migration.record_first_home(instance, run.host.id, ctx.cluster_id)
         gpus = f"{len(run.gpus)} × {instance.gpu_model}" if run.gpus else "no GPU"
         at = state.started_at or ctx.clock()
         switch_instance_status(
@@ -263,14 +263,14 @@ def _stop(ctx: ServiceContext, instance_id: str, token: str) -> None:
         else:
             _release_placement(session, instance)
             reason = "stopped; data kept"
-            if instance.status_reason.startswith(metering.BILLING_STOP_PREFIX):  # issue 4
+            if instance.status_reason.startswith(metering.BILLING_STOP_PREFIX):
                 reason = f"{instance.status_reason}; data kept"
             switch_instance_status(session, instance, S.STOPPED, reason, at)
 
     with_lease(ctx, instance_id, token, finish)
 
 
-# -- evacuate: off failed GPUs (issue 6) -----------------------------------------
+# -- evacuate: off failed GPUs -----------------------------------------
 def _evacuate(ctx: ServiceContext, instance_id: str, token: str) -> None:
     """Stop the container (its CUDA work is lost with the GPU anyway, so the
     grace is short), keep it for its writable layer, release the GPUs; the

@@ -122,6 +122,12 @@ class Reconciler:
                     raise
                 log.exception("reconciler pass %r failed", due.name)
 
+    def make_due(self, *names: str) -> None:
+        """Have the named passes run at the next tick, whatever their interval."""
+        known = {p.name: p for p in self._passes}
+        for name in names:
+            known[name].last_run = -math.inf
+
     def _submit_active(self) -> None:
         with self._ctx.reader() as session:
             ids = lifecycle.active_instance_ids(session)

@@ -52,8 +52,8 @@ def place_waiting(ctx: ServiceContext) -> None:
         snapshot = capacity_snapshot(session)
     for instance in waiting:
         request = _request_of(instance)
-        hosts = images.runnable_hosts(ctx, instance.image, instance.gpu_model)  # issue 7
-        if instance.stay_on_host and instance.host_id is not None:  # issue 6: --stay
+        hosts = images.runnable_hosts(ctx, instance.image, instance.gpu_model)
+        if instance.stay_on_host and instance.host_id is not None:  # --stay
             own = frozenset({instance.host_id})
             hosts = own if hosts is None else hosts & own
         request = replace(request, allowed_hosts=hosts)
@@ -120,7 +120,7 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
             refused = billing.shortfall(
                 session, ctx.settings, row.user_id, row, now, waiting_self=row.id
             )
-            if refused is not None:  # issue 4: the balance is checked again at placement
+            if refused is not None:  # the balance is checked again at placement
                 row.desired_state = DesiredState.STOPPED
                 switch_instance_status(session, row, S.STOPPED, f"not started: {refused}", now)
                 return False

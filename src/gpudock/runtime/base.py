@@ -145,7 +145,7 @@ class EngineInfo:
 
 @dataclass(frozen=True)
 class ContainerStats:
-    """One reading of a running container's resource use (issue 8)."""
+    """One reading of a running container's resource use."""
 
     cpu_total_ns: int  # CPU time used since the container started, all cores together
     cpu_limit: float | None  # CPUs it may use; None: no limit
@@ -202,7 +202,7 @@ class Runtime(Protocol):
     def remove_container(self, container_id: str, *, keep_network: bool = False) -> None:
         """Remove it, stopping it first if needed; silent if it does not exist.
         Its tenant network goes too once no other container is on it, unless
-        `keep_network` (a replacement is about to join it: issue 6 moves)."""
+        `keep_network` (a replacement is about to join it: a move)."""
         ...
 
     def inspect_container(self, name_or_id: str) -> ContainerState | None:
@@ -217,7 +217,7 @@ class Runtime(Protocol):
         """All volumes carrying every given label."""
         ...
 
-    # -- tenant networks (issue 9) --------------------------------------------
+    # -- tenant networks --------------------------------------------
     def ensure_network(self, name: str, labels: dict[str, str]) -> None:
         """Create the named bridge network unless it exists (outbound traffic
         allowed, other networks unreachable). `create_container` calls it for
@@ -258,7 +258,7 @@ class Runtime(Protocol):
         """Run a command to completion inside a running container."""
         ...
 
-    # -- images (issue 7) ----------------------------------------------------
+    # -- images ----------------------------------------------------
     def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
         """Run the plan without network access, each step sandboxed like an
         instance, yielding the log as it comes; the last event carries
@@ -280,7 +280,7 @@ class Runtime(Protocol):
         with `files` written first (mode 0755); return its exit code and output."""
         ...
 
-    # -- exec streams (issue 3: the SSH gateway) -------------------------------
+    # -- exec streams (the SSH gateway) -------------------------------
     def open_exec_stream(
         self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
     ) -> ExecStream:
@@ -297,7 +297,7 @@ class Runtime(Protocol):
         """The exec's exit code once its process has ended; None while it runs."""
         ...
 
-    # -- data moves (issue 6: migration) -----------------------------------------
+    # -- data moves (migration) -----------------------------------------
     def copy_volume(
         self,
         source: str,
@@ -317,7 +317,7 @@ class Runtime(Protocol):
         and then with byte counts. Returns the bytes in `source`."""
         ...
 
-    # -- usage (issue 8: the instance page) ------------------------------------
+    # -- usage (the instance page) ------------------------------------
     def container_stats(self, container_id: str) -> ContainerStats | None:
         """One reading of the container's CPU, memory and process use, taken now
         (no waiting for a second sample: callers compare readings themselves);
@@ -325,7 +325,7 @@ class Runtime(Protocol):
         ...
 
 
-# -- exec streams (issue 3: the SSH gateway) -----------------------------------
+# -- exec streams (the SSH gateway) -----------------------------------
 STDOUT = 1
 STDERR = 2
 

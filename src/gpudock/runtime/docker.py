@@ -319,7 +319,7 @@ class DockerRuntime:
         if labels.get(LABEL_MANAGED) == "true" and network not in ENGINE_NETWORKS:
             self.remove_network(network)
 
-    # -- tenant networks (issue 9) --------------------------------------------
+    # -- tenant networks --------------------------------------------
     def ensure_network(self, name: str, labels: dict[str, str]) -> None:
         with self._network_lock(name), _translated(f"create network {name}"):
             self._ensure_network(name, labels)
@@ -419,7 +419,7 @@ class DockerRuntime:
             exit_code, output = container.exec_run(command, demux=False)
         return ExecResult(exit_code=int(exit_code), output=bytes(output or b""))
 
-    # -- images (issue 7) ----------------------------------------------------
+    # -- images ----------------------------------------------------
     def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
         builder = DockerBuilder(self._client.api, self._cpus(), ALLOWED_CAPABILITIES)
         return builder.run(job)
@@ -455,7 +455,7 @@ class DockerRuntime:
                 container.remove(force=True)
         return ExecResult(exit_code=int(status.get("StatusCode", 1)), output=bytes(output))
 
-    # -- exec streams (issue 3: the SSH gateway) -------------------------------
+    # -- exec streams (the SSH gateway) -------------------------------
     def open_exec_stream(
         self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
     ) -> ExecStream:
@@ -470,7 +470,7 @@ class DockerRuntime:
         with _translated(f"inspect exec {exec_id}"):
             return self._exec_streams.exit_code(exec_id)
 
-    # -- data moves (issue 6: migration) -----------------------------------------
+    # -- data moves (migration) -----------------------------------------
     def copy_volume(
         self,
         source: str,
@@ -482,7 +482,7 @@ class DockerRuntime:
         on_progress: Callable[[int, int], None] | None = None,
     ) -> int:
         api = self._client.api
-        if self._loop is not None:  # issue 9: size-limited volumes unmounted by a reboot
+        if self._loop is not None:  # size-limited volumes unmounted by a reboot
             self._loop.ensure_mounted(source)
             self._loop.ensure_mounted(target)
         with _translated(f"copy volume {source} to {target}"):
@@ -539,7 +539,7 @@ class DockerRuntime:
                 if total:
                     on_progress(done, total)
 
-    # -- usage (issue 8: the instance page) ------------------------------------
+    # -- usage (the instance page) ------------------------------------
     def container_stats(self, container_id: str) -> ContainerStats | None:
         api = self._client.api
         with _translated(f"read the usage of container {container_id}"):

@@ -64,7 +64,7 @@ class FakeRuntime:
     exec_codes: dict[str, int | None] = field(default_factory=dict)
     volume_copies: list[tuple[str, str]] = field(default_factory=list)
     volume_sizes: dict[str, int] = field(default_factory=dict)
-    # issue 8: what `container_stats` reports, by container id (see `set_usage`)
+    # what `container_stats` reports, by container id (see `set_usage`)
     usage: dict[str, FakeUsage] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -114,7 +114,7 @@ class FakeRuntime:
             self.volumes.pop(name, None)
             self.volume_quotas_gb.pop(name, None)
 
-    # -- tenant networks (issue 9) --------------------------------------------
+    # -- tenant networks --------------------------------------------
     def ensure_network(self, name: str, labels: dict[str, str]) -> None:
         with self._lock:
             self.networks.setdefault(name, NetworkState(name=name, labels=dict(labels)))
@@ -234,7 +234,7 @@ class FakeRuntime:
         self._get(container_id)
         return ExecResult(exit_code=0, output=b"")
 
-    # -- images (issue 7) ----------------------------------------------------
+    # -- images ----------------------------------------------------
     def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
         """Walk the plan's steps; a COPY needs its sources in the context and
         `RUN false` fails, as the engine would say it."""
@@ -270,7 +270,7 @@ class FakeRuntime:
         passing = b'[{"check": "fake runtime", "ok": true, "detail": ""}]\n'
         return self.run_results.get(image, ExecResult(exit_code=0, output=passing))
 
-    # -- exec streams (issue 3): every attached exec behaves like `cat` -------
+    # -- exec streams: every attached exec behaves like `cat` -------
     def open_exec_stream(
         self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
     ) -> ExecStream:
@@ -310,7 +310,7 @@ class FakeRuntime:
             raise RuntimeFailure(f"no such container {name_or_id}")
         return found
 
-    # -- usage (issue 8): readings the test sets, taken at `clock()` ----------
+    # -- usage: readings the test sets, taken at `clock()` ----------
     def set_usage(self, name_or_id: str, usage: FakeUsage) -> None:
         self.usage[self._get(name_or_id).state.id] = usage
 

@@ -226,7 +226,7 @@ ZH_CN: dict[str, str] = {
         "将系统盘（容器内的文件）保存为私有镜像；数据盘（/root/data）不包含在内。"
     ),
     "Image name": "镜像名称",
-    # instance detail: current use (issue 8)
+    # instance detail: current use
     "Current use": "当前用量",
     "measuring…": "测量中…",
     "of {n} cores": "（上限 {n} 核）",

@@ -1,5 +1,5 @@
 """GPU health for operators: faults (and injecting them on simulated fleets),
-repair, drain, migrations and reliability statistics (issue 6)."""
+repair, drain, migrations and reliability statistics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`gpudock admin gpus …` and `gpudock admin reliability`: GPU health for operators (issue 6)."""
+"""`gpudock admin gpus …` and `gpudock admin reliability`: GPU health for operators."""
 
 from __future__ import annotations
 

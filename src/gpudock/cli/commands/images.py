@@ -58,7 +58,7 @@ def build_base(
     )
 
 
-# -- the catalog, builds and validation (issue 7) -------------------------------------
+# -- the catalog, builds and validation -------------------------------------
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 
 

@@ -369,10 +369,5 @@ def _shape(shape: Shape) -> str:
     return f"{shape.gpu_count} × {shape.gpu_model}" if shape.gpu_count else "a no-GPU instance"
 
 
-def rate_text(rate: Rate, currency: str) -> str:
-    unit = "day" if rate.per_seconds == 86_400 else "h"
-    return f"{format_amount(rate.micros)} {currency}/{unit}"
-
-
 def is_compute(row: BillingIntervalModel) -> bool:
     return row.kind == IntervalKind.COMPUTE.value

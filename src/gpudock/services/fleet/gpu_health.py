@@ -1,4 +1,4 @@
-"""GPU health: faults in, GPU states and tenant moves out (issue 6).
+"""GPU health: faults in, GPU states and tenant moves out.
 
 Health events come from the GPU source (NVML on real hosts), from fault
 injection on simulated fleets, and from the runtime going unreachable. Each

@@ -55,7 +55,7 @@ def sync_inventory(ctx: ServiceContext, hosts: list[HostInfo]) -> None:
                     ",".join(gpu_info.nvlink_peers),
                 )
                 gpu.present = True
-                gpu.first_seen_at = gpu.first_seen_at or ctx.clock()  # issue 6: MTBF
+                gpu.first_seen_at = gpu.first_seen_at or ctx.clock()  # MTBF
                 session.add(gpu)
         seen_hosts = {h.name for h in hosts}
         for name, host in known.items():

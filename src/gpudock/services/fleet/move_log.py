@@ -1,4 +1,4 @@
-"""The record of instance moves, kept in step with status changes (issue 6).
+"""The record of instance moves, kept in step with status changes.
 
 `on_transition()` is called by `instances.switch_instance_status()` inside
 its transaction: an open move is done when the instance runs again, and

@@ -1,4 +1,4 @@
-"""Moving an instance to other GPUs with its id, SSH endpoint and data (issue 6).
+"""Moving an instance to other GPUs with its id, SSH endpoint and data.
 
 A move off a failed GPU: `request_move` switches a running instance to
 'migrating' at the fault's timestamp (its billing interval closes there);

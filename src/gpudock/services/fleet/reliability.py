@@ -1,5 +1,5 @@
 """Reliability statistics per GPU and per model: faults, service hours, MTBF,
-migrations and their interruption times (issue 6)."""
+migrations and their interruption times."""
 
 from __future__ import annotations
 

@@ -272,7 +272,7 @@ def start_instance(
     ctx: ServiceContext, user: UserModel, ref: str, *, stay: bool = False
 ) -> InstanceModel:
     """Start on the old GPUs if free, else anywhere with the data moved along;
-    `stay` waits for a GPU on the instance's own host instead (issue 6)."""
+    `stay` waits for a GPU on the instance's own host instead."""
     unchecked = images.preflight_start(ctx, user, ref)  # the image still fits the fleet
     return _request(ctx, user, ref, DesiredState.RUNNING, "start", stay=stay, note=unchecked)
 

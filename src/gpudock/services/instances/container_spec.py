@@ -38,7 +38,7 @@ def network_labels(cluster_id: str, user_id: str) -> dict[str, str]:
 
 
 def data_volume_of(cluster_id: str, instance: InstanceModel) -> str:
-    """The instance's data volume now: it gets a new name when it moves host (issue 6)."""
+    """The instance's data volume now: it gets a new name when it moves host."""
     return instance.data_volume or volume_name(cluster_id, instance.id)
 
 

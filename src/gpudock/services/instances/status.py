@@ -29,7 +29,7 @@ ALLOWED_TRANSITIONS: dict[InstanceStatus | None, frozenset[InstanceStatus]] = {
     S.STOPPED: frozenset({S.STARTING, S.DELETING}),
     S.STARTING: frozenset({S.RUNNING, S.STOPPING, S.STOPPED, S.DELETING, S.FAILED, S.MIGRATING}),
     S.FAILED: frozenset({S.STARTING, S.STOPPED, S.DELETING}),
-    # issue 6: off a failed GPU; placed again → starting, or the user stops/deletes it
+    # off a failed GPU; placed again → starting, or the user stops/deletes it
     S.MIGRATING: frozenset({S.STARTING, S.STOPPING, S.STOPPED, S.DELETING, S.FAILED}),
     S.DELETING: frozenset({S.DELETED}),
     S.DELETED: frozenset(),

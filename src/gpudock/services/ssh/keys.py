@@ -106,10 +106,6 @@ def _bits(key: asyncssh.SSHKey) -> int:
     return 256  # ed25519
 
 
-def fingerprint_of(key: asyncssh.SSHKey) -> str:
-    return key.get_fingerprint("sha256")
-
-
 def add_key(
     ctx: ServiceContext, user: UserModel, text: str, name: str | None, proof: KeyProof | None
 ) -> SshKeyModel:

@@ -1,4 +1,4 @@
-"""SSH keys and the SSH session audit trail (issue 3)
+"""SSH keys and the SSH session audit trail
 
 Revision ID: 0002
 Revises: 0001

@@ -1,4 +1,4 @@
-"""billing: ledger accounts, postings, metering intervals, prices (issue 4)
+"""billing: ledger accounts, postings, metering intervals, prices
 
 Revision ID: 0003
 Revises: 0001

@@ -1,4 +1,4 @@
-"""image catalog (issue 7)
+"""image catalog
 
 Revision ID: 0004
 Revises: 0001

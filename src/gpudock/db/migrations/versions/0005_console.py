@@ -1,4 +1,4 @@
-"""console accounts: user passwords and web sessions (issue 8)
+"""console accounts: user passwords and web sessions
 
 Revision ID: 0005
 Revises: 0001

@@ -1,4 +1,4 @@
-"""GPU health and migration: faults, GPU state events, migrations, data volume location (issue 6)
+"""GPU health and migration: faults, GPU state events, migrations, data volume location
 
 Revision ID: 0006
 Revises: 0001
