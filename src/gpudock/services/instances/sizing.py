@@ -1,11 +1,11 @@
-"""Validation of what an instance asks for: image, GPU model and count, sizes."""
+"""Validation of what an instance asks for: GPU model and count, and sizes."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -14,8 +14,27 @@ from gpudock.db.models import GpuModel, HostModel
 from gpudock.errors import InvalidRequest
 from gpudock.settings import Settings
 
-if TYPE_CHECKING:
-    from gpudock.services.instances.actions import InstanceRequest
+
+class SizeRequest(Protocol):
+    """The parts of a create request that sizing reads (`actions.InstanceRequest`)."""
+
+    @property
+    def gpu_model(self) -> str | None: ...
+
+    @property
+    def gpu_count(self) -> int: ...
+
+    @property
+    def cpu(self) -> float | None: ...
+
+    @property
+    def memory_gb(self) -> int | None: ...
+
+    @property
+    def disk_gb(self) -> int | None: ...
+
+    @property
+    def system_disk_gb(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +71,7 @@ def known_models(session: Session) -> list[str]:
     return sorted(set(session.scalars(select(GpuModel.model).where(GpuModel.present.is_(True)))))
 
 
-def resolve_size(session: Session, settings: Settings, request: InstanceRequest) -> Size:
+def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> Size:
     if request.gpu_count > 0 and request.gpu_model is None:
         raise InvalidRequest("gpu_model is required when gpu_count > 0", field="gpu_model")
     shapes = _shapes(session, request.gpu_model)
