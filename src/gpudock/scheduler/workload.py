@@ -40,7 +40,7 @@ class WorkloadEstimate:
         *,
         half_life: float = 2000.0,
         coverage: float = 0.95,
-        max_classes: int = 24,
+        max_classes: int = 64,
         rerank_every: int = 64,
     ) -> None:
         self._growth = math.exp(math.log(2.0) / half_life) if half_life > 0 else 1.0
