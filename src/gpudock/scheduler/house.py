@@ -80,13 +80,9 @@ class HousePolicy:
 
     def _choose_share(self, nodes: IntArray, demand: Demand) -> Assignment:
         snap, usable = self._snap, self._usable
-        free = snap.gpu_free[nodes]
-        width = free.shape[1]
-        earlier = np.tril(np.ones((width, width), bool), -1)[None]
-        repeated = ((free[:, :, None] == free[:, None, :]) & earlier).any(2)
-        rows, gpus = np.nonzero((free >= demand.milli) & ~repeated)  # one per distinct value
+        rows, gpus = share_candidates(snap.gpu_free[nodes], demand.milli)
         cand = nodes[rows]
-        before = free[rows, gpus]
+        before = snap.gpu_free[cand, gpus]
         loss = usable.loss(
             cand,
             usable.share_after(cand, before, demand.milli),
@@ -95,7 +91,7 @@ class HousePolicy:
             snap.mem_free[cand] - demand.memory_mib,
         )
         hole = before - demand.milli
-        keys = (self._coarse(loss), free[rows].sum(1), hole)
+        keys = (self._coarse(loss), snap.gpu_free[cand].sum(1), hole)
         pick = self._best_row(cand, keys)
         return Assignment(int(cand[pick]), (int(gpus[pick]),), demand)
 
@@ -137,3 +133,19 @@ class HousePolicy:
         usable_whole = float((u.usable[:, whole] @ weights[whole]).sum() / weights[whole].sum())
         idle = snap.capacity_milli - snap.used_milli
         return usable_whole < whole_part * idle
+
+
+def share_candidates(free: IntArray, milli: int) -> tuple[IntArray, IntArray]:
+    """Up to three GPUs per node row worth scoring for a share: the tightest fit,
+    the fullest partly used one, and a fully free one. Other GPUs differ from
+    these only in how much they leave over, which the loss ranks between them."""
+    fits = free >= milli
+    rows = np.arange(len(free))
+    tight = np.where(fits, free, MILLI_PER_GPU + 1).argmin(1)
+    partial = np.where(fits & (free < MILLI_PER_GPU), free, -1).argmax(1)
+    fresh = (free >= MILLI_PER_GPU).argmax(1)
+    has_partial = (fits & (free < MILLI_PER_GPU)).any(1)
+    has_fresh = (free >= MILLI_PER_GPU).any(1)
+    all_rows = np.concatenate((rows, rows[has_partial], rows[has_fresh]))
+    all_gpus = np.concatenate((tight, partial[has_partial], fresh[has_fresh]))
+    return all_rows, all_gpus

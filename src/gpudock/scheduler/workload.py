@@ -7,7 +7,8 @@ workload that drifts. A class is a request shape (GPUs, milli per GPU, CPU,
 memory, acceptable models); the estimate keeps the most frequent classes that
 together make up `coverage` of the (decayed) requests, as FGD does with its
 "typical pods", and re-ranks them every `rerank_every` observations so that
-the per-node caches built on the class list are rebuilt rarely.
+the per-node caches built on the class list are rebuilt rarely (re-ranking
+starts at 1, 2, 4, ... observations so the first classes are known early).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class WorkloadEstimate:
         half_life: float = 2000.0,
         coverage: float = 0.95,
         max_classes: int = 64,
-        rerank_every: int = 64,
+        rerank_every: int = 500,
     ) -> None:
         self._growth = math.exp(math.log(2.0) / half_life) if half_life > 0 else 1.0
         self._coverage = coverage
@@ -51,6 +52,7 @@ class WorkloadEstimate:
         self._counts: dict[ClassKey, float] = {}
         self._demands: dict[ClassKey, Demand] = {}
         self._since_rerank = 0
+        self._observed = 0
         self._ranked: tuple[ClassKey, ...] = ()
         self.version = 0  # bumped whenever the ranked class list changes
 
@@ -78,7 +80,10 @@ class WorkloadEstimate:
             self._counts = {k: v / self._scale for k, v in self._counts.items()}
             self._scale = 1.0
         self._since_rerank += 1
-        if not self._ranked or self._since_rerank >= self._rerank_every:
+        self._observed += 1
+        # Re-rank at 1, 2, 4, ... observations, then every `rerank_every`: the
+        # first classes are known early, and later rebuilds of the caches stay rare.
+        if self._since_rerank >= min(self._rerank_every, self._observed // 2 or 1):
             self._rerank()
 
     def classes(self) -> tuple[WorkloadClass, ...]:
