@@ -72,6 +72,14 @@ class Settings(BaseSettings):
         "(default: <data_dir>/volumes).",
     )
 
+    # -- GPU shares --------------------------------------------------------
+    share_hook_library: Path | None = Field(
+        default=None,
+        description="HAMi-core's libvgpu.so on the Docker host: copied into every share's "
+        "container and into its /etc/ld.so.preload, so every process there, SSH sessions "
+        "included, is held to CUDA_DEVICE_MEMORY_LIMIT / CUDA_DEVICE_SM_LIMIT.",
+    )
+
     # -- image builds -------------------------------------------------------
     build_cpus: float = Field(
         default=2.0, gt=0, description="CPUs each build step may use (capped at the engine's)."

@@ -66,6 +66,9 @@ class Shape(Protocol):
     @property
     def gpu_count(self) -> int: ...
 
+    @property
+    def gpu_share_milli(self) -> int | None: ...
+
 
 # -- prices ----------------------------------------------------------------------------
 def list_prices(ctx: ServiceContext) -> list[BillingPriceModel]:
@@ -303,7 +306,9 @@ def shortfall(
     at, so nothing that passes here is stopped for money before it has run.
     `waiting_self`: the id of a waiting instance being checked again (it is
     not counted twice)."""
-    _unit, rate = metering.rate_for(session, shape.gpu_model, shape.gpu_count)
+    _unit, rate = metering.rate_for(
+        session, shape.gpu_model, shape.gpu_count, shape.gpu_share_milli
+    )
     if rate.micros == 0:
         return None
     user = session.get(UserModel, user_id)
@@ -341,18 +346,23 @@ def shortfall(
 def waiting_burn_per_hour(session: Session, user_id: str, exclude: str | None) -> int:
     """What the user's instances that wait to start will burn once they run."""
     rows = session.execute(
-        select(InstanceModel.gpu_model, InstanceModel.gpu_count, func.count())
+        select(
+            InstanceModel.gpu_model,
+            InstanceModel.gpu_count,
+            InstanceModel.gpu_share_milli,
+            func.count(),
+        )
         .where(
             InstanceModel.user_id == user_id,
             InstanceModel.desired_state == DesiredState.RUNNING,
             InstanceModel.status.in_(WAITING_TO_RUN),
             InstanceModel.id != (exclude or ""),
         )
-        .group_by(InstanceModel.gpu_model, InstanceModel.gpu_count)
+        .group_by(InstanceModel.gpu_model, InstanceModel.gpu_count, InstanceModel.gpu_share_milli)
     ).all()
     total = 0
-    for model, count, instances in rows:
-        total += metering.rate_for(session, model, count)[1].per_hour * int(instances)
+    for model, count, share, instances in rows:
+        total += metering.rate_for(session, model, count, share)[1].per_hour * int(instances)
     return total
 
 
