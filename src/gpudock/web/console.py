@@ -8,6 +8,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from gpudock.services.instances.usage import CpuMeter
 from gpudock.web import (
     pages_admin,
     pages_auth,
@@ -52,6 +53,7 @@ def mount_console(app: FastAPI) -> None:
     TEMPLATES.env.filters["gib"] = _gib
     TEMPLATES.env.filters["duration"] = _duration
     TEMPLATES.env.filters["size"] = _size
+    app.state.cpu_meter = CpuMeter()
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in (
         pages_auth.router,

@@ -30,6 +30,7 @@ from gpudock.errors import (
 from gpudock.services.accounts import logins as accounts
 from gpudock.services.accounts.logins import WebSession
 from gpudock.services.context import ServiceContext
+from gpudock.services.instances.usage import CpuMeter
 from gpudock.web.i18n import LANG_COOKIE, LANGUAGES, pick_language, translator
 from gpudock.web.navigation import nav_entries
 
@@ -64,6 +65,16 @@ def get_context(request: Request) -> ServiceContext:
 
 
 Context = Annotated[ServiceContext, Depends(get_context)]
+
+
+def get_cpu_meter(request: Request) -> CpuMeter:
+    """The console's one meter (made by `mount_console`): CPU % compares each
+    poll of the usage fragment with the previous one of the same container."""
+    meter: CpuMeter = request.app.state.cpu_meter
+    return meter
+
+
+Meter = Annotated[CpuMeter, Depends(get_cpu_meter)]
 
 
 def optional_viewer(request: Request, ctx: Context) -> WebSession | None:
