@@ -9,18 +9,18 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from gpudock.services.instances.usage import CpuMeter
-from gpudock.web import (
-    pages_admin,
-    pages_auth,
-    pages_billing,
-    pages_billing_admin,
-    pages_health,
-    pages_images,
-    pages_instances,
-    pages_ssh_keys,
-    pages_tokens,
-)
 from gpudock.web.deps import TEMPLATES
+from gpudock.web.pages import (
+    admin,
+    auth,
+    billing,
+    billing_admin,
+    health,
+    images,
+    instances,
+    ssh_keys,
+    tokens,
+)
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -56,14 +56,14 @@ def mount_console(app: FastAPI) -> None:
     app.state.cpu_meter = CpuMeter()
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in (
-        pages_auth.router,
-        pages_instances.router,
-        pages_admin.router,
-        pages_ssh_keys.router,
-        pages_tokens.router,
-        pages_billing.router,
-        pages_images.router,
-        pages_billing_admin.router,
-        pages_health.router,
+        auth.router,
+        instances.router,
+        admin.router,
+        ssh_keys.router,
+        tokens.router,
+        billing.router,
+        images.router,
+        billing_admin.router,
+        health.router,
     ):
         app.include_router(router)
