@@ -70,7 +70,7 @@ def test_running_instance_shows_cpu_from_two_readings_memory_and_pids(console: P
     runtime.set_usage(name, FakeUsage(cpu_total_ns=10**9, memory_bytes=512 * MiB, pids=7))
     first = alice.client.get(f"/instances/{instance_id}/usage").text
     assert "data-usage" in first and "measuring…" in first and "data-cpu-percent" not in first
-    assert f"512.0 MB / {limit_mb / 1024:.1f} GB" in first
+    assert f"512.0 MiB / {limit_mb / 1024:.1f} GiB" in first
     assert f'max="{limit_mb * MiB}" value="{512 * MiB}"' in first
     assert '<dd id="usage-pids">7</dd>' in first
     assert f'<code class="small">{allocated_gpu(console, instance_id)}</code>' in first
@@ -81,7 +81,7 @@ def test_running_instance_shows_cpu_from_two_readings_memory_and_pids(console: P
     runtime.set_usage(name, FakeUsage(cpu_total_ns=4 * 10**9, memory_bytes=600 * MiB, pids=9))
     second = alice.client.get(f"/instances/{instance_id}/usage").text
     assert "<span data-cpu-percent>150 %</span>" in second and "measuring…" not in second
-    assert '<dd id="usage-pids">9</dd>' in second and "600.0 MB / " in second
+    assert '<dd id="usage-pids">9</dd>' in second and "600.0 MiB / " in second
 
     alice.client.cookies.set("gpudock_lang", "zh-CN")
     chinese = alice.client.get(f"/instances/{instance_id}/usage").text

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from gpudock.services.instances.usage import CpuMeter
+from gpudock.sizes import MIB, format_size
 from gpudock.web.deps import TEMPLATES
 from gpudock.web.pages import (
     admin,
@@ -29,8 +30,9 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
 
 
-def _gib(memory_mb: int) -> str:
-    return f"{memory_mb / 1024:.0f} GB"
+def _mib(count_mib: int) -> str:
+    """GPU memory, which NVML counts in MiB: 81920 → '80 GiB'."""
+    return format_size(count_mib * MIB, precision=0)
 
 
 def _duration(seconds: int) -> str:
@@ -41,18 +43,11 @@ def _duration(seconds: int) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
-def _size(size_bytes: int) -> str:
-    for unit, scale in (("GB", 1024**3), ("MB", 1024**2)):
-        if size_bytes >= scale:
-            return f"{size_bytes / scale:.1f} {unit}"
-    return f"{size_bytes // 1024} KB"
-
-
 def mount_console(app: FastAPI) -> None:
     TEMPLATES.env.filters["when"] = _when
-    TEMPLATES.env.filters["gib"] = _gib
+    TEMPLATES.env.filters["mib"] = _mib
     TEMPLATES.env.filters["duration"] = _duration
-    TEMPLATES.env.filters["size"] = _size
+    TEMPLATES.env.filters["size"] = format_size
     app.state.cpu_meter = CpuMeter()
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in (
