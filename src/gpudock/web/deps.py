@@ -139,6 +139,14 @@ def render(
     return response
 
 
+def form_error(error: GpudockError | None) -> dict[str, str | None]:
+    """A form's error for its template: the service's message as it is (what the API
+    and the CLI say too) and the field it names, `form` when it names none."""
+    if error is None:
+        return {"error": None, "error_field": None}
+    return {"error": error.message, "error_field": error.field or "form"}
+
+
 def is_htmx(request: Request) -> bool:
     return request.headers.get("HX-Request") == "true"
 

@@ -20,7 +20,16 @@ from gpudock.services.instances import overview, usage
 from gpudock.services.instances.actions import InstanceRequest
 from gpudock.services.ssh import endpoint as ssh_endpoint
 from gpudock.services.ssh import sessions as ssh_sessions
-from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Meter, Viewer, redirect, render
+from gpudock.web.deps import (
+    ConsoleRoute,
+    Context,
+    CsrfViewer,
+    Meter,
+    Viewer,
+    form_error,
+    redirect,
+    render,
+)
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 ACTIONS = {
@@ -107,8 +116,7 @@ def _form(
         status_code,
         models=models,
         values=values,
-        error=error.message if error else None,
-        error_field=(error.field or "form") if error else None,
+        **form_error(error),
         hint=_image_hint(ctx, viewer.user, values["image"], values["gpu_model"] or None),
         image_choices=[(i.reference, i.name) for i in image_catalog.list_images(ctx, viewer.user)],
         **_availability_values(ctx, models, values["gpu_model"], values["gpu_count"]),
