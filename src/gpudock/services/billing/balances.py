@@ -114,6 +114,21 @@ def gpu_prices_per_hour(ctx: ServiceContext) -> dict[str, str]:
     return {p.gpu_model: format_amount(p.amount_micro) for p in list_prices(ctx) if p.gpu_model}
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """What an instance of this shape would cost per hour if it started now."""
+
+    unit_price: int  # per GPU-hour, or per hour without GPUs (micro-units)
+    per_hour: int  # the whole instance (micro-units)
+
+
+def estimate(ctx: ServiceContext, gpu_model: str | None, gpu_count: int) -> Estimate:
+    """The price the metering would freeze on the interval if it opened now."""
+    with ctx.reader() as session:
+        unit, rate = metering.rate_for(session, gpu_model, gpu_count)
+    return Estimate(unit_price=unit, per_hour=rate.per_hour)
+
+
 # -- top-ups -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Topup:
