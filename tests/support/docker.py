@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpudock.db.models import GpuAllocationModel, InstanceModel, InstanceStatus
 from gpudock.images.base_image import BASE_IMAGE
 from gpudock.runtime.base import LABEL_CLUSTER, LABEL_OWNER
-from gpudock.runtime.loopvol import LoopVolumes
+from gpudock.runtime.docker.volumes import LoopVolumes
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import container_spec as containers
 
