@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import docker
-import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
@@ -15,25 +13,11 @@ from gpudock.runtime.base import ContainerStats
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.docker.translate import stats_of
 from gpudock.services.instances import container_spec as containers
-from tests.support.docker import docker_client, remove_cluster_objects
 from tests.support.factories import make_tenant
-from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 BURN = ["sh", "-c", "while :; do :; done"]
 DEADLINE_S = 15.0
-
-
-@pytest.fixture
-def engine() -> docker.DockerClient:
-    return docker_client()
-
-
-@pytest.fixture
-def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
-    platform = platform_factory(runtime=DockerRuntime())
-    yield platform
-    remove_cluster_objects(engine, platform.ctx.cluster_id)
 
 
 def running_container(real: Platform) -> str:

@@ -10,15 +10,9 @@ import pytest
 
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime.docker import DockerRuntime
-from tests.support.docker import docker_client
 
 IMAGE = "gpudock/base:bookworm"
 LABELS = {"gpudock.test": "copy-volume"}
-
-
-@pytest.fixture
-def engine() -> docker.DockerClient:
-    return docker_client()
 
 
 @pytest.fixture

@@ -14,9 +14,29 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpudock.db.models import GpuAllocationModel, InstanceModel, InstanceStatus
 from gpudock.images.base_image import BASE_IMAGE
 from gpudock.runtime.base import LABEL_CLUSTER, LABEL_OWNER
+from gpudock.runtime.docker import ALLOWED_CAPABILITIES
 from gpudock.runtime.docker.volumes import LoopVolumes
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import container_spec as containers
+
+# Linux's bit for each capability an instance keeps (linux/capability.h).
+CAPABILITY_BITS = {
+    "CHOWN": 0,
+    "DAC_OVERRIDE": 1,
+    "FOWNER": 3,
+    "FSETID": 4,
+    "KILL": 5,
+    "SETGID": 6,
+    "SETUID": 7,
+    "NET_BIND_SERVICE": 10,
+}
+
+
+def allowed_capability_mask() -> int:
+    """The capability set (as /proc/<pid>/status shows it) of an instance's processes."""
+    assert set(CAPABILITY_BITS) == set(ALLOWED_CAPABILITIES)
+    return sum(1 << CAPABILITY_BITS[name] for name in ALLOWED_CAPABILITIES)
+
 
 TRANSITIONAL = {
     InstanceStatus.PENDING,
@@ -52,6 +72,16 @@ def remove_cluster_objects(client: docker.DockerClient, cluster_id: str) -> None
             LoopVolumes(Path(device).parent.parent).remove(volume.name)
     for network in client.networks.list(filters={"label": label}):
         network.remove()
+
+
+def remove_images_tagged(client: docker.DockerClient, prefixes: tuple[str, ...]) -> None:
+    """Remove every tag starting with one of `prefixes` (an image goes with its last tag)."""
+    if not prefixes:
+        return
+    for image in client.images.list():
+        for tag in image.tags:
+            if tag.startswith(prefixes):
+                client.images.remove(tag, force=True)
 
 
 def cluster_objects(client: docker.DockerClient, cluster_id: str) -> tuple[list[Any], list[Any]]:
