@@ -192,9 +192,17 @@ class DockerRuntime:
         self._containers.put_file(container_id, path, data, mode)
 
     def run_once(
-        self, image: str, command: list[str], files: dict[str, bytes], timeout_s: float
+        self,
+        image: str,
+        command: list[str],
+        files: dict[str, bytes],
+        timeout_s: float,
+        *,
+        cluster_id: str,
     ) -> ExecResult:
-        return checks.run_once(self._api, image, command, files, timeout_s=timeout_s)
+        return checks.run_once(
+            self._api, image, command, files, timeout_s=timeout_s, cluster_id=cluster_id
+        )
 
     def container_stats(self, container_id: str) -> ContainerStats | None:
         return self._containers.stats(container_id)
