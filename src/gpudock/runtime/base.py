@@ -330,8 +330,10 @@ class Runtime(Protocol):
         in a throwaway container `helper_name` of `image` with no network.
         Resumable: after an interruption, calling it again with the same names
         removes any leftover helper and finishes the job (rsync when the image
-        has it, else a full tar copy). `on_progress(done, total)` is called now
-        and then with byte counts. Returns the bytes in `source`."""
+        has it, else a fresh `cp -a`). `on_progress(done, total)` is called now
+        and then with byte counts. Returns the bytes in `source`. The copy has a
+        time limit of its own (not the call timeout: data takes as long as it
+        takes); past it, `RuntimeTimeout` names the helper and how long it ran."""
         ...
 
     # -- usage (the instance page) ------------------------------------

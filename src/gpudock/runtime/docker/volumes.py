@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,8 +35,8 @@ import docker.errors
 import requests.exceptions
 
 from gpudock.errors import RuntimeFailure
-from gpudock.runtime.base import VolumeState
-from gpudock.runtime.docker.translate import label_filter, translated
+from gpudock.runtime.base import RuntimeTimeout, VolumeState
+from gpudock.runtime.docker.translate import label_filter, timed_out, translated
 
 GIB = 1024**3
 # Lazy inode tables and journal: formatting 50 GB takes milliseconds and writes
@@ -58,9 +59,17 @@ class HelperApi(Protocol):
 class DockerVolumes:
     """The data volumes of one engine; `loop`: size-limited ones (None: no limits)."""
 
-    def __init__(self, api: docker.APIClient, loop: LoopVolumes | None) -> None:
+    def __init__(
+        self,
+        api: docker.APIClient,
+        loop: LoopVolumes | None,
+        copy_timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._api = api
         self._loop = loop
+        self._copy_timeout_s = copy_timeout_s
+        self._clock = clock
 
     def ensure(self, name: str, labels: dict[str, str], size_gb: int | None) -> None:
         # The engine's volume create is idempotent for an existing name (whatever
@@ -101,7 +110,8 @@ class DockerVolumes:
         labels: dict[str, str],
         on_progress: Progress | None,
     ) -> int:
-        """`Runtime.copy_volume`: a helper container mirrors `source` into `target`."""
+        """`Runtime.copy_volume`: a helper container mirrors `source` into
+        `target`; `RuntimeTimeout` past the copy's time limit."""
         self.ensure_mounted(source)
         self.ensure_mounted(target)
         with translated(f"copy volume {source} to {target}"):
@@ -110,7 +120,14 @@ class DockerVolumes:
             helper = self._create_helper(source, target, image, helper_name, labels)
             try:
                 self._api.start(helper)
-                code = wait_for_copy(self._api, helper, on_progress=on_progress)
+                code = wait_for_copy(
+                    self._api,
+                    helper,
+                    name=helper_name,
+                    limit_s=self._copy_timeout_s,
+                    on_progress=on_progress,
+                    clock=self._clock,
+                )
                 output = self._api.logs(helper, stdout=True, stderr=True)
             finally:
                 with contextlib.suppress(docker.errors.APIError):
@@ -156,14 +173,33 @@ class DockerVolumes:
         return not (attrs.get("Options") or {}).get("device")
 
 
-def wait_for_copy(api: HelperApi, container_id: str, *, on_progress: Progress | None) -> int:
-    """Wait for the copy helper to exit and return its exit status, reporting
-    progress from its log meanwhile."""
+def wait_for_copy(
+    api: HelperApi,
+    container_id: str,
+    *,
+    name: str,
+    limit_s: float,
+    on_progress: Progress | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Wait for the copy helper `container_id` (named `name`) to exit and return
+    its exit status, reporting progress from its log meanwhile. `RuntimeTimeout`
+    once it has run `limit_s`; the caller removes it (a later copy resumes).
+    Engine errors are the caller's to translate."""
+    started = clock()
     while True:
         try:
             return int(api.wait(container_id, timeout=COPY_POLL_S)["StatusCode"])
-        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-            pass  # still copying: report where it is and wait again
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            if not timed_out(exc):  # the engine went away: not a copy still running
+                raise
+        ran = clock() - started
+        if ran >= limit_s:
+            raise RuntimeTimeout(
+                f"the data copy in helper container {name} ran {ran:.0f} s, past its limit "
+                f"of {limit_s:.0f} s (GPUDOCK_VOLUME_COPY_TIMEOUT_S), and was stopped; "
+                "the next try resumes it"
+            )
         if on_progress is not None:
             log = bytes(api.logs(container_id, stdout=True, stderr=True))
             done, total = _copy_progress(log.decode(errors="replace"))
