@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import docker
 import pytest
@@ -18,7 +17,6 @@ from gpudock.errors import GpudockError, RuntimeUnavailable
 from gpudock.platform import Platform
 from gpudock.reconcile.garbage import GRACE_S, collect_garbage
 from gpudock.runtime.base import LABEL_CHECK, LABEL_CLUSTER, LABEL_MANAGED, RuntimeTimeout
-from gpudock.runtime.docker import DockerRuntime
 from tests.support.clocks import FakeClock
 
 pytestmark = pytest.mark.docker
@@ -111,8 +109,3 @@ def test_garbage_collection_keeps_a_running_check_and_removes_one_past_its_limit
     assert cluster_containers(engine, real.ctx.cluster_id) == []
     running_check.join(EVENT_WAIT_S)
     assert not running_check.is_alive()
-
-
-def test_an_unreachable_engine_is_runtime_unavailable(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeUnavailable, match="connect to the Docker Engine"):
-        DockerRuntime(f"unix://{tmp_path}/no-docker.sock", host_firewall=False)

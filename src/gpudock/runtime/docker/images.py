@@ -8,7 +8,7 @@ import docker
 import docker.errors
 import docker.utils
 
-from gpudock.errors import RuntimeFailure
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime.base import ImageInfo, ImageNotFound
 from gpudock.runtime.docker.translate import explain, image_info_of, translated
 
@@ -64,6 +64,8 @@ class DockerImages:
                 attrs = self._api.inspect_image(ref)
         except ImageNotFound:
             return None
+        except RuntimeUnavailable:
+            raise
         except RuntimeFailure:
             return None  # the engine refused the name itself: it has no such image
         return image_info_of(attrs)
