@@ -10,7 +10,7 @@ a tenant network and mounts a volume).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import docker
@@ -55,7 +55,9 @@ def connect(base_url: str | None, timeout_s: float, pool_size: int) -> docker.AP
 
 
 class DockerRuntime:
-    """Implements `gpudock.runtime.base.Runtime` over one Docker Engine."""
+    """Implements `gpudock.runtime.base.Runtime` over one Docker Engine, and
+    what `gpudock.images.base_image` needs to import the base image
+    (`import_rootfs`, `remove_image_if_unused`)."""
 
     def __init__(
         self,
@@ -123,6 +125,15 @@ class DockerRuntime:
 
     def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
         return DockerBuilder(self._api, self._cpus(), ALLOWED_CAPABILITIES).run(job)
+
+    # -- the base image (gpudock.images.base_image) --------------------------
+    def import_rootfs(self, tar_chunks: Iterable[bytes], tag: str, changes: list[str]) -> str:
+        """Import a root file system's tar, read as it streams, as image `tag`."""
+        return self._images.import_rootfs(tar_chunks, tag, changes)
+
+    def remove_image_if_unused(self, ref: str) -> None:
+        """Remove the image; `RuntimeFailure` if a container still uses it."""
+        self._images.remove_if_unused(ref)
 
     # -- volumes -----------------------------------------------------------
     def ensure_volume(self, name: str, labels: dict[str, str], size_gb: int | None = None) -> None:

@@ -1,8 +1,11 @@
-"""Images on the engine: looked up, pulled and removed."""
+"""Images on the engine: looked up, pulled, removed, and imported from a root
+file system (the base image, `gpudock.images.base_image`)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+from collections.abc import Iterable
 
 import docker
 import docker.errors
@@ -79,6 +82,44 @@ class DockerImages:
         with contextlib.suppress(ImageNotFound), translated(f"remove image {ref}"):
             self._api.remove_image(ref, force=True)
 
+    def remove_if_unused(self, ref: str) -> None:
+        """Remove the image unless a container uses it (`RuntimeFailure` then)."""
+        self.forget(ref)
+        with translated(f"remove image {ref}"):
+            self._api.remove_image(ref)
+
+    def import_rootfs(self, tar_chunks: Iterable[bytes], tag: str, changes: list[str]) -> str:
+        """Import an uncompressed tar of a root file system, streamed as it is
+        read, as the single-layer image `tag` with Dockerfile `changes`; return
+        its id. The upload has no time limit: it lasts as long as the tar."""
+        repository, version = docker.utils.parse_repository_tag(tag)
+        with translated(f"import {tag}"):
+            answer = self._api.import_image_from_data(
+                tar_chunks, repository=repository, tag=version or "latest", changes=changes
+            )
+        return _imported_id(answer)
+
 
 def _not_pulled(ref: str, why: str) -> str:
     return f"image {ref!r} is not on the engine and could not be pulled: {why}"
+
+
+def _imported_id(answer: str | bytes) -> str:
+    """The image id from the engine's import answer (JSON lines), or its error."""
+    text = answer.decode("utf-8", "replace") if isinstance(answer, bytes) else str(answer)
+    image_id = ""
+    for line in text.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(message, dict):
+            continue
+        if message.get("error"):
+            raise RuntimeFailure(f"the Docker Engine refused the import: {message['error']}")
+        status = str(message.get("status", ""))
+        if status.startswith("sha256:"):
+            image_id = status
+    if not image_id:
+        raise RuntimeFailure(f"the Docker Engine answered the import unexpectedly: {text[:200]}")
+    return image_id
