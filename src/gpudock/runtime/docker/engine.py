@@ -9,7 +9,6 @@ a tenant network and mounts a volume).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -67,20 +66,19 @@ class DockerRuntime:
         volume_root: Path | None = None,
         host_firewall: bool = True,
         copy_timeout_s: float = DEFAULT_COPY_TIMEOUT_S,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`timeout_s`: each engine call's. `volume_root`: where size-limited data
         volumes live on the Docker host (see `runtime.docker.volumes`); None:
         volumes without a size limit. `host_firewall`: keep tenant networks from
         connecting to this host (a local engine only; see `runtime.docker.networks`).
-        `copy_timeout_s`: a volume copy's time limit, on `clock`."""
+        `copy_timeout_s`: a volume copy's time limit (see `copy_volume`)."""
         self._api = connect(base_url, timeout_s, pool_size)
         self._engine_cpus: int | None = None
         self._images = DockerImages(self._api)
         self._containers = DockerContainers(self._api)
         self._networks = DockerNetworks(self._api)
         loop = LoopVolumes(volume_root, timeout_s) if volume_root else None
-        self._volumes = DockerVolumes(self._api, loop, copy_timeout_s, clock)
+        self._volumes = DockerVolumes(self._api, loop, copy_timeout_s)
         local = engine_is_local(base_url)
         self._exec_streams = ExecStreams(self._api, local=local)
         firewall = HostFirewall() if host_firewall and local else None

@@ -60,16 +60,11 @@ class DockerVolumes:
     """The data volumes of one engine; `loop`: size-limited ones (None: no limits)."""
 
     def __init__(
-        self,
-        api: docker.APIClient,
-        loop: LoopVolumes | None,
-        copy_timeout_s: float,
-        clock: Callable[[], float] = time.monotonic,
+        self, api: docker.APIClient, loop: LoopVolumes | None, copy_timeout_s: float
     ) -> None:
         self._api = api
         self._loop = loop
         self._copy_timeout_s = copy_timeout_s
-        self._clock = clock
 
     def ensure(self, name: str, labels: dict[str, str], size_gb: int | None) -> None:
         # The engine's volume create is idempotent for an existing name (whatever
@@ -126,7 +121,6 @@ class DockerVolumes:
                     name=helper_name,
                     limit_s=self._copy_timeout_s,
                     on_progress=on_progress,
-                    clock=self._clock,
                 )
                 output = self._api.logs(helper, stdout=True, stderr=True)
             finally:
