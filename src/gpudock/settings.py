@@ -71,6 +71,12 @@ class Settings(BaseSettings):
         description="Where size-limited data volumes live on the Docker host "
         "(default: <data_dir>/volumes).",
     )
+    volume_copy_timeout_s: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="A data volume's copy to another host (a move) running longer is "
+        "stopped; the next try resumes it. Raise it for volumes of many TB on slow disks.",
+    )
 
     # -- GPU shares --------------------------------------------------------
     share_hook_library: Path | None = Field(
