@@ -194,3 +194,12 @@ def test_without_funds_create_is_an_inline_error_and_start_a_402(
     assert start.status_code == 402 and "Not enough balance" in start.text
     taken = alice.post("/instances", {**data, "name": "early", "gpu_model": "RTX4090-24GB"})
     assert taken.status_code == 422 and "already have an instance named" in taken.text
+
+
+def test_the_topup_form_names_no_user_until_the_admin_chooses_one(priced: Platform) -> None:
+    admin = log_in(priced, users.ADMIN_NAME)
+    page = admin.client.get("/admin/billing").text
+    form = page[page.index('id="topup-form"') :]
+    select = form[form.index('<select name="user" required>') : form.index("</select>")]
+    assert '<option value="" selected disabled>' in select
+    assert 'value="admin" selected' not in select and 'value="alice" selected' not in select

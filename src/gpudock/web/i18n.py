@@ -309,6 +309,7 @@ ZH_CN: dict[str, str] = {
     "0 makes it free": "0 表示免费",
     "Save price": "保存价格",
     "Top up a wallet": "为用户充值",
+    "choose a user": "选择用户",
     "User": "用户",
     "Note": "备注",
     "optional: shown on the user's ledger": "可选：显示在用户的流水中",
