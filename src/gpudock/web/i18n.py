@@ -23,6 +23,7 @@ ZH_CN: dict[str, str] = {
     "Users": "用户",
     "Account": "账户",
     "Log out": "退出登录",
+    "Menu": "菜单",
     "Log in": "登录",
     "Billing": "账单",
     "SSH keys": "SSH 密钥",
