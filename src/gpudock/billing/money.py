@@ -79,5 +79,18 @@ def format_amount(micros: int) -> str:
     return f"{sign}{units}" + (f".{digits}" if digits else "")
 
 
+def format_cents(micros: int) -> str:
+    """Micro-units → what a person reads: two decimals, half up (99_958_334 → "99.96");
+    an amount that is not zero but rounds to it says so ("<0.01", "-<0.01")."""
+    sign = "-" if micros < 0 else ""
+    cents, remainder = divmod(abs(micros), MICROS_PER_UNIT // 100)
+    if remainder * 2 >= MICROS_PER_UNIT // 100:
+        cents += 1
+    if cents == 0 and micros != 0:
+        return f"{sign}<0.01"
+    units, fraction = divmod(cents, 100)
+    return f"{sign if cents else ''}{units}.{fraction:02d}"
+
+
 def _shown(text: str) -> str:
     return repr(text if len(text) <= MAX_AMOUNT_TEXT else text[:MAX_AMOUNT_TEXT] + "…")

@@ -134,6 +134,13 @@ ZH_CN: dict[str, str] = {
     "Balance": "余额",
     "Available": "可用",
     "Spending per hour": "每小时消费",
+    "money on the account: top-ups less what has been charged": "账户中的钱：充值减去已扣费",
+    "the balance less what running instances have used since their last charge": (
+        "余额减去运行中实例自上次扣费以来的用量"
+    ),
+    "nothing running that costs money": "没有正在计费的实例",
+    "lasts about {time} at this rate": "按此速度约可用 {time}",
+    "charges since the 1st (UTC)": "本月 1 日（UTC）以来的扣费",
     "Spent this month": "本月已消费",
     "Prices": "价格",
     "Kind": "类别",
