@@ -130,6 +130,9 @@ def test_images_page_shows_compatibility_per_gpu_model(console: Platform) -> Non
         assert [kind for kind, _ in shown] == expected, spec.reference
         for (kind, title), verdict in zip(shown, table[spec.reference].values(), strict=True):
             assert kind == "good" or html.unescape(title) == verdict
+        on_host = "yes" if console.ctx.runtime.image_present(spec.reference) else "no"
+        assert f'data-on-host="{on_host}"' in row, spec.reference
+    assert "not on the host: pulled from its registry at first use" in page
 
 
 def test_build_and_delete_a_private_image_from_the_console(console: Platform) -> None:

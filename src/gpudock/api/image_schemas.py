@@ -53,6 +53,11 @@ class ImagePublic(BaseModel):
     visibility: str
     origin: str
     owner_id: str | None
+    on_host: bool | None = Field(
+        default=None,
+        description="whether the Docker Engine has the image now; if not, it is pulled "
+        "from its registry when an instance first needs it (null: not asked)",
+    )
     runs_on: dict[str, str] = Field(
         default_factory=dict,
         description="GPU model → 'ok', 'unknown: …' (what could not be checked: gpudock's "

@@ -23,6 +23,10 @@ ZH_CN: dict[str, str] = {
     "Users": "用户",
     "Account": "账户",
     "Log out": "退出登录",
+    "on the host": "已在主机上",
+    "not on the host: pulled from its registry at first use": (
+        "不在主机上：首次使用时从镜像仓库拉取"
+    ),
     "Menu": "菜单",
     "Log in": "登录",
     "Billing": "账单",
