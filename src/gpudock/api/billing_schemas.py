@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from gpudock.billing.money import (
+from gpudock.syntax import (
     AMOUNT_OR_ZERO_PATTERN,
     AMOUNT_PATTERN,
     MAX_AMOUNT_TEXT,
