@@ -3,74 +3,24 @@ repair, drain, migrations and reliability statistics."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
 
 from gpudock.api.deps import AdminUser, Context
 from gpudock.api.errors import error_responses
+from gpudock.api.health_schemas import (
+    FaultPublic,
+    FaultRequest,
+    GpuReliabilityPublic,
+    GpuStatePublic,
+    ModelReliabilityPublic,
+    ReliabilityPublic,
+)
 from gpudock.db.models import GpuModel
 from gpudock.services.fleet import gpu_health as health
 from gpudock.services.fleet import reliability
 from gpudock.services.fleet.gpu_health import FaultView
 
 router = APIRouter(prefix="/admin", tags=["health"])
-
-
-class FaultRequest(BaseModel):
-    xid: int = Field(ge=1, le=65535, description="The NVIDIA Xid to report, e.g. 48 or 79.")
-    message: str = Field(default="", max_length=500)
-
-
-class FaultPublic(BaseModel):
-    id: int
-    gpu_uuid: str
-    host_id: str
-    kind: str
-    xid: int | None
-    action: str = Field(description="notify, migrate, migrate_deferred, drain_host, host_lost")
-    source: str
-    message: str
-    at: datetime
-    repaired_at: datetime | None
-    gpu_state: str
-
-
-class GpuStatePublic(BaseModel):
-    uuid: str
-    state: str
-    state_reason: str
-
-
-class GpuReliabilityPublic(BaseModel):
-    uuid: str
-    host: str
-    model: str
-    state: str
-    hours_in_service: float
-    failures: int
-    mtbf_hours: float | None
-    faults: dict[str, int]
-    migrations: int
-
-
-class ModelReliabilityPublic(BaseModel):
-    model: str
-    gpus: int
-    hours_in_service: float
-    failures: int
-    mtbf_hours: float | None
-    reference_mtbf_hours: float | None
-    faults: dict[str, int]
-    migrations: int
-    interruption_p50_s: float | None
-    interruption_max_s: float | None
-
-
-class ReliabilityPublic(BaseModel):
-    models: list[ModelReliabilityPublic]
-    gpus: list[GpuReliabilityPublic]
 
 
 def _fault(view: FaultView) -> FaultPublic:
