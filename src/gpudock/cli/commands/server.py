@@ -15,10 +15,10 @@ from pydantic_core import ErrorDetails
 from gpudock.cli import output
 from gpudock.cli.client import EXIT_ERROR, EXIT_USAGE, CliError
 from gpudock.errors import GpudockError, RuntimeFailure
-from gpudock.settings import Settings
 
 if TYPE_CHECKING:
     from gpudock.platform import Platform
+    from gpudock.settings import Settings
 
 FLAGS = frozenset(
     {"data_dir", "host", "port", "simulate", "database_url", "docker_host", "ssh_port"}
@@ -103,6 +103,9 @@ def _add_ssh_gateway(platform: Platform, settings: Settings) -> None:
 
 def _settings(overrides: dict[str, Any]) -> Settings:
     """Settings from GPUDOCK_* variables, with the flags the user gave on top."""
+    # Imported here, as the platform is: every other command starts without them.
+    from gpudock.settings import Settings
+
     try:
         return Settings(**overrides)
     except ValidationError as exc:
