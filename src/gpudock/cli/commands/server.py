@@ -56,11 +56,6 @@ def serve(
     ] = None,
 ) -> None:
     """Run the gpudock API server and its reconciler (GPUDOCK_* variables configure it)."""
-    import uvicorn
-
-    from gpudock.api.app import create_app
-    from gpudock.platform import open_platform
-
     flags = {
         "data_dir": data_dir,
         "host": host,
@@ -70,7 +65,16 @@ def serve(
         "docker_host": docker_host,
         "ssh_port": ssh_port,
     }
-    settings = _settings({k: v for k, v in flags.items() if v is not None})
+    _run(_settings({k: v for k, v in flags.items() if v is not None}))
+
+
+def _run(settings: Settings) -> None:
+    """Open the platform, serve its API (and the SSH gateway) until stopped, close it."""
+    import uvicorn
+
+    from gpudock.api.app import create_app
+    from gpudock.platform import open_platform
+
     try:
         platform = open_platform(settings)
     except GpudockError as exc:
