@@ -98,12 +98,14 @@ def print_listing(
     row: Callable[[Item], Sequence[str | Text]],
     *,
     json_output: bool = False,
+    answer: object = None,
     empty: str | None = None,
 ) -> None:
-    """The answer's JSON with --json; otherwise `empty` when there is nothing (if
-    given), or a table of one row per item."""
+    """With --json, the answer's JSON (the items, unless the `answer` around them is
+    given); otherwise `empty` when there is nothing (if given), or a table of one
+    row per item."""
     if json_output:
-        print_json(items)
+        print_json(items if answer is None else answer)
     elif not items and empty:
         print_message(empty)
     else:

@@ -126,13 +126,12 @@ def _duration(seconds: int) -> str:
 def ledger(client: ApiClient, params: dict[str, str], json_output: bool) -> None:
     """Every posting: top-ups, charges per period, refunds; each line explains itself."""
     currency, lines = _all_lines(client, params)
-    if json_output:
-        output.print_json({"currency": currency, "lines": lines})
-        return
     output.print_listing(
         lines,
         LEDGER_COLUMNS,
         lambda line: _line_row(line, currency),
+        json_output=json_output,
+        answer={"currency": currency, "lines": lines},
         empty="No postings in this range.",
     )
 
@@ -227,13 +226,12 @@ def list_prices(json_output: JsonFlag = False) -> None:
     """What things cost: per GPU-hour, per no-GPU hour, per GB-day of a stopped disk."""
     with connect() as client:
         found = client.get("/prices", PricesPublic)
-    if json_output:
-        output.print_json(found)
-        return
     output.print_listing(
         found.prices,
         PRICE_COLUMNS,
         _price_row,
+        json_output=json_output,
+        answer=found,
         empty="No prices set: everything is free here.",
     )
 

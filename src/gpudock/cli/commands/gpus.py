@@ -11,19 +11,14 @@ from gpudock.cli.client import connect
 from gpudock.cli.commands.options import JsonFlag
 
 COLUMNS = ("MODEL", "MEMORY", "FREE/TOTAL", "HOSTS", "MAX PER HOST", "PRICE/H")
+NO_GPUS = "No GPUs in this cluster (no-GPU instances: --count 0)."
 
 
 def list_gpus(json_output: JsonFlag = False) -> None:
     """GPU models in the cluster: memory, free of total, hosts, price."""
     with connect() as client:
         models = client.get("/gpus", list[GpuModelPublic])
-    output.print_listing(
-        models,
-        COLUMNS,
-        _model_row,
-        json_output=json_output,
-        empty="No GPUs in this cluster (no-GPU instances: --count 0).",
-    )
+    output.print_listing(models, COLUMNS, _model_row, json_output=json_output, empty=NO_GPUS)
 
 
 def _model_row(model: GpuModelPublic) -> list[str | Text]:

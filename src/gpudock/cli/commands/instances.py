@@ -21,6 +21,7 @@ SHOWN_EVENTS = 10
 DONE = {"start": "Started", "stop": "Stopped", "restart": "Restarted", "delete": "Deleted"}
 REQUESTED = {"start": "Starting", "stop": "Stopping", "restart": "Restarting", "delete": "Deleting"}
 COLUMNS = ("ID", "NAME", "STATUS", "GPUS", "HOST", "IMAGE", "CREATED")
+NONE_YET = "No instances; `gpudock instances create --gpu MODEL` makes one."
 WaitFlag = Annotated[bool, typer.Option("--wait", help="Wait until it is done.")]
 TimeoutOpt = Annotated[
     float, typer.Option("--timeout", min=0, metavar="S", help="How long --wait waits, seconds.")
@@ -82,13 +83,7 @@ def list_instances(json_output: JsonFlag = False) -> None:
     """List instances (an admin sees everyone's)."""
     with connect() as client:
         instances = client.get("/instances", list[InstancePublic])
-    output.print_listing(
-        instances,
-        COLUMNS,
-        _row,
-        json_output=json_output,
-        empty="No instances; `gpudock instances create --gpu MODEL` makes one.",
-    )
+    output.print_listing(instances, COLUMNS, _row, json_output=json_output, empty=NONE_YET)
 
 
 def _row(i: InstancePublic) -> list[str | Text]:

@@ -20,6 +20,7 @@ app = typer.Typer(
 
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 COLUMNS = ("ID", "NAME", "TYPE", "FINGERPRINT", "ADDED", "LAST USED", "PROVEN")
+NONE_YET = "No SSH keys; `gpudock keys add` registers ~/.ssh/id_ed25519."
 
 
 def default_key() -> Path:
@@ -130,13 +131,7 @@ def list_keys(json_output: JsonFlag = False) -> None:
     """List your SSH keys with their fingerprints (as `ssh-keygen -lf` prints them)."""
     with connect() as client:
         keys = client.get("/ssh-keys", list[SshKeyPublic])
-    output.print_listing(
-        keys,
-        COLUMNS,
-        _row,
-        json_output=json_output,
-        empty="No SSH keys; `gpudock keys add` registers ~/.ssh/id_ed25519.",
-    )
+    output.print_listing(keys, COLUMNS, _row, json_output=json_output, empty=NONE_YET)
     if not json_output and not all(k.verified for k in keys):
         output.print_message(
             "Keys marked NO were registered before keys needed a proof; prove each with "
