@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from bench.metering import (
+from bench.metering_day import (
     HEALTH_CHECK_LAG_S,
     PERIOD_S,
     SERVER_CRASHES_PER_DAY,
@@ -25,8 +25,8 @@ from bench.metering import (
     Booked,
     Counters,
     Fleet,
-    _at,
-    _events,
+    day_events,
+    moment,
 )
 from gpudock.db.models import (
     BillingPostingModel,
@@ -154,7 +154,7 @@ def _switch(
 
 def _simulate(ctx: ServiceContext, fleet: Fleet, day_ms: int, seed: int, clock: _Clock) -> Counters:
     rng = random.Random(seed + 2)
-    events = _events(fleet, day_ms)
+    events = day_events(fleet, day_ms)
     pending_deaths: dict[str, int] = {}
     counters = Counters()
     e = 0
@@ -164,22 +164,22 @@ def _simulate(ctx: ServiceContext, fleet: Fleet, day_ms: int, seed: int, clock: 
             e += 1
             if kind == "start":
                 if instance in pending_deaths:  # noticed before the restart, as in the server
-                    _switch(ctx, instance, [S.CREATING], _at(pending_deaths.pop(instance)))
+                    _switch(ctx, instance, [S.CREATING], moment(pending_deaths.pop(instance)))
                 with ctx.sessions() as session:
                     status = session.scalar(
                         select(InstanceModel.status).where(InstanceModel.id == instance)
                     )
                 path = [S.RUNNING] if status == S.CREATING else [S.STARTING, S.RUNNING]
-                _switch(ctx, instance, path, _at(at_ms))
+                _switch(ctx, instance, path, moment(at_ms))
             elif kind == "stop":
-                _switch(ctx, instance, [S.STOPPING, S.STOPPED], _at(at_ms))
+                _switch(ctx, instance, [S.STOPPING, S.STOPPED], moment(at_ms))
             else:
                 pending_deaths[instance] = at_ms
         for instance, died_ms in list(pending_deaths.items()):
             if tick_ms - died_ms >= HEALTH_CHECK_LAG_S * 1000:
-                _switch(ctx, instance, [S.CREATING], _at(died_ms))  # the health check's path
+                _switch(ctx, instance, [S.CREATING], moment(died_ms))  # the health check's path
                 del pending_deaths[instance]
-        clock.now = _at(tick_ms)
+        clock.now = moment(tick_ms)
         if rng.random() < SERVER_CRASHES_PER_DAY * DB_TICK_S / 86_400:
             counters.crashes += 1
             _partial_pass(ctx, rng)
@@ -191,13 +191,13 @@ def _simulate(ctx: ServiceContext, fleet: Fleet, day_ms: int, seed: int, clock: 
         assert charging.charge_pass(ctx).postings == 0, "a duplicate pass charged"
         counters.late += 1
     for instance, died_ms in pending_deaths.items():
-        _switch(ctx, instance, [S.CREATING], _at(died_ms))
+        _switch(ctx, instance, [S.CREATING], moment(died_ms))
     with ctx.sessions() as session:
         running = list(
             session.scalars(select(InstanceModel.id).where(InstanceModel.status == S.RUNNING))
         )
     for instance in running:
-        _switch(ctx, instance, [S.STOPPING, S.STOPPED], _at(day_ms))
+        _switch(ctx, instance, [S.STOPPING, S.STOPPED], moment(day_ms))
     return counters
 
 

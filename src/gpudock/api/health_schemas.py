@@ -1,4 +1,9 @@
-"""API bodies for GPU health: faults, repairs, drains and reliability (admin)."""
+"""API bodies for GPU health: faults, GPU states and the fleet's reliability.
+
+The response models are filled from the fleet service's own dataclasses
+(`FaultView`, `ReliabilityReport`) with `model_validate(..., from_attributes=True)`:
+the service decides the values, these classes only fix the public shape.
+"""
 
 from __future__ import annotations
 

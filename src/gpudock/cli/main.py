@@ -20,6 +20,7 @@ from gpudock.cli.commands import (
     images,
     instances,
     keys,
+    scheduler,
     server,
     ssh,
     tokens,
@@ -64,6 +65,7 @@ billing.admin_app.add_typer(health.gpus_app, name="gpus")
 billing.admin_app.command("reliability")(health.reliability)
 app.command("doctor")(doctor.doctor)
 app.add_typer(doctor.env_app, name="env")
+app.add_typer(scheduler.app, name="scheduler")
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import TYPE_CHECKING
 
 import asyncssh
 
@@ -21,9 +20,7 @@ from gpudock.services.ssh import sessions as ssh_sessions
 from gpudock.services.ssh.sessions import SESSION_MARKER_ENV, STDERR, Grant
 from gpudock.sshgw import commands
 from gpudock.sshgw.bridge import Bridge
-
-if TYPE_CHECKING:
-    from gpudock.sshgw.server import GatewayConnection
+from gpudock.sshgw.ports import Connection
 
 log = logging.getLogger(__name__)
 CONNECT_DEADLINE_S = 20.0
@@ -41,7 +38,7 @@ def target_inside(grant: Grant, dest_host: str) -> str | None:
     return None
 
 
-async def open_forward(conn: GatewayConnection, host: str, port: int) -> ForwardSession:
+async def open_forward(conn: Connection, host: str, port: int) -> ForwardSession:
     """Start the relay and wait until it has connected; ChannelOpenError if it cannot."""
     assert conn.grant is not None
     gateway = conn.gateway
@@ -74,7 +71,7 @@ async def open_forward(conn: GatewayConnection, host: str, port: int) -> Forward
 
 
 class ForwardSession(asyncssh.SSHTCPSession[bytes]):
-    def __init__(self, conn: GatewayConnection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._chan: asyncssh.SSHTCPChannel[bytes] | None = None
         self.bridge: Bridge | None = None

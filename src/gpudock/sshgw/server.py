@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncssh
 
@@ -20,10 +20,8 @@ from gpudock.errors import GpudockError
 from gpudock.services.ssh import sessions as ssh_sessions
 from gpudock.services.ssh.sessions import AccessRefused, Attempt, Grant
 from gpudock.sshgw import forward
+from gpudock.sshgw.ports import Gateway
 from gpudock.sshgw.session import ExecSession
-
-if TYPE_CHECKING:
-    from gpudock.sshgw.gateway import SshGateway
 
 log = logging.getLogger(__name__)
 NO_KEY_REASON = (
@@ -33,7 +31,7 @@ NO_KEY_REASON = (
 
 
 class GatewayConnection(asyncssh.SSHServer):
-    def __init__(self, gateway: SshGateway) -> None:
+    def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.login = ""
         self.client_address = "unknown"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-from typing import TYPE_CHECKING
 
 import asyncssh
 
@@ -19,9 +18,7 @@ from gpudock.services.ssh import sessions as ssh_sessions
 from gpudock.services.ssh.sessions import SESSION_MARKER_ENV, STDERR, InstanceNotRunning
 from gpudock.sshgw import commands
 from gpudock.sshgw.bridge import BUFFER_HIGH, Bridge
-
-if TYPE_CHECKING:
-    from gpudock.sshgw.server import GatewayConnection
+from gpudock.sshgw.ports import Connection
 
 log = logging.getLogger(__name__)
 MAX_HELD_INPUT = 1 << 20
@@ -38,7 +35,7 @@ def _unproven_notice(grant: ssh_sessions.Grant) -> str:
 
 
 class ExecSession(asyncssh.SSHServerSession[bytes]):
-    def __init__(self, conn: GatewayConnection, channel: asyncssh.SSHServerChannel[bytes]) -> None:
+    def __init__(self, conn: Connection, channel: asyncssh.SSHServerChannel[bytes]) -> None:
         self._conn = conn
         self._chan = channel
         self._argv: list[str] | None = None
@@ -243,9 +240,7 @@ class ExecSession(asyncssh.SSHServerSession[bytes]):
             self._chan.exit(EXIT_GATEWAY_FAILURE if status is None else status)
 
 
-def _audit_refused_requests(
-    channel: asyncssh.SSHServerChannel[bytes], conn: GatewayConnection
-) -> None:
+def _audit_refused_requests(channel: asyncssh.SSHServerChannel[bytes], conn: Connection) -> None:
     """Refuse agent and X11 forwarding *and audit them*.
 
     asyncssh refuses both when the server disables them, but tells the

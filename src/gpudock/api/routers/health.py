@@ -10,21 +10,14 @@ from gpudock.api.errors import error_responses
 from gpudock.api.health_schemas import (
     FaultPublic,
     FaultRequest,
-    GpuReliabilityPublic,
     GpuStatePublic,
-    ModelReliabilityPublic,
     ReliabilityPublic,
 )
 from gpudock.db.models import GpuModel
 from gpudock.services.fleet import gpu_health as health
 from gpudock.services.fleet import reliability
-from gpudock.services.fleet.gpu_health import FaultView
 
 router = APIRouter(prefix="/admin", tags=["health"])
-
-
-def _fault(view: FaultView) -> FaultPublic:
-    return FaultPublic(**view.__dict__)
 
 
 def _state(gpu: GpuModel) -> GpuStatePublic:
@@ -39,7 +32,8 @@ def _state(gpu: GpuModel) -> GpuStatePublic:
 )
 def inject_fault(ctx: Context, admin: AdminUser, gpu_uuid: str, body: FaultRequest) -> FaultPublic:
     """Simulated fleets only: the GPU reports this Xid as NVML would."""
-    return _fault(health.inject_fault(ctx, admin, gpu_uuid, body.xid, body.message))
+    fault = health.inject_fault(ctx, admin, gpu_uuid, body.xid, body.message)
+    return FaultPublic.model_validate(fault, from_attributes=True)
 
 
 @router.post(
@@ -58,13 +52,10 @@ def drain(ctx: Context, admin: AdminUser, gpu_uuid: str) -> GpuStatePublic:
 
 @router.get("/faults", response_model=list[FaultPublic])
 def list_faults(ctx: Context, admin: AdminUser) -> list[FaultPublic]:
-    return [_fault(v) for v in health.list_faults(ctx, admin)]
+    faults = health.list_faults(ctx, admin)
+    return [FaultPublic.model_validate(f, from_attributes=True) for f in faults]
 
 
 @router.get("/reliability", response_model=ReliabilityPublic)
 def get_reliability(ctx: Context, admin: AdminUser) -> ReliabilityPublic:
-    found = reliability.report(ctx, admin)
-    return ReliabilityPublic(
-        models=[ModelReliabilityPublic(**m.__dict__) for m in found.models],
-        gpus=[GpuReliabilityPublic(**g.__dict__) for g in found.gpus],
-    )
+    return ReliabilityPublic.model_validate(reliability.report(ctx, admin), from_attributes=True)

@@ -1,0 +1,74 @@
+"""ORM models, one module per domain. The database holds desired state;
+reconcilers converge reality to it.
+
+Invariants the schema itself enforces (not the scheduler's good will):
+- a GPU is allocated to at most one instance (`gpu_allocations.gpu_id` is the key);
+- an instance name is unique among one user's live instances (partial unique index);
+- a token hash is unique, and a token name unique among one user's unrevoked tokens.
+
+Every model is importable from here: the modules together are one metadata.
+"""
+
+from gpudock.db.models.accounts import (
+    ApiTokenModel,
+    UserModel,
+    UserPasswordModel,
+    UserState,
+    WebSessionModel,
+)
+from gpudock.db.models.base import Base, MetaModel, UTCDateTime
+from gpudock.db.models.billing import (
+    BillingAccountModel,
+    BillingIntervalModel,
+    BillingPostingModel,
+    BillingPriceModel,
+)
+from gpudock.db.models.fleet import (
+    GpuEventModel,
+    GpuFaultModel,
+    GpuModel,
+    GpuState,
+    HostModel,
+    MigrationModel,
+)
+from gpudock.db.models.images import ImageModel
+from gpudock.db.models.instances import (
+    DesiredState,
+    GpuAllocationModel,
+    GpuShareModel,
+    InstanceEventModel,
+    InstanceModel,
+    InstanceStatus,
+)
+from gpudock.db.models.ssh import SshKeyModel, SshSessionModel, SshSessionOutcome
+
+__all__ = [
+    "ApiTokenModel",
+    "Base",
+    "BillingAccountModel",
+    "BillingIntervalModel",
+    "BillingPostingModel",
+    "BillingPriceModel",
+    "DesiredState",
+    "GpuAllocationModel",
+    "GpuEventModel",
+    "GpuFaultModel",
+    "GpuModel",
+    "GpuShareModel",
+    "GpuState",
+    "HostModel",
+    "ImageModel",
+    "InstanceEventModel",
+    "InstanceModel",
+    "InstanceStatus",
+    "MetaModel",
+    "MigrationModel",
+    "SshKeyModel",
+    "SshSessionModel",
+    "SshSessionOutcome",
+    "UTCDateTime",
+    "UserModel",
+    "UserPasswordModel",
+    "UserState",
+    "WebSessionModel",
+]

@@ -1,0 +1,267 @@
+"""The user's pages: dashboard, instance list, create form, instance detail."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Request, Response
+
+from gpudock.billing.money import format_amount
+from gpudock.db.models import InstanceModel, UserModel
+from gpudock.errors import Conflict, InvalidRequest, NotFound, PaymentRequired
+from gpudock.services.accounts import users
+from gpudock.services.accounts.logins import WebSession
+from gpudock.services.billing import balances
+from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import inventory
+from gpudock.services.images import catalog as image_catalog
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances import overview, usage
+from gpudock.services.instances.actions import InstanceRequest
+from gpudock.services.ssh import endpoint as ssh_endpoint
+from gpudock.services.ssh import sessions as ssh_sessions
+from gpudock.web.deps import (
+    ConsoleRoute,
+    Context,
+    CsrfViewer,
+    Meter,
+    Viewer,
+    form_error,
+    redirect,
+    render,
+)
+
+router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
+ACTIONS = {
+    "start": instances.start_instance,
+    "stop": instances.stop_instance,
+    "restart": instances.restart_instance,
+    "delete": instances.delete_instance,
+}
+MAX_GPU_COUNT = 16
+SESSIONS_SHOWN = 20
+
+
+def _available(ctx: ServiceContext, user: UserModel) -> str:
+    """The user's available balance with its currency."""
+    return f"{format_amount(balances.summary(ctx, user).available)} {ctx.settings.currency}"
+
+
+def _estimate_per_hour(ctx: ServiceContext, gpu_model: str | None, gpu_count: int) -> str:
+    estimate = balances.estimate(ctx, gpu_model, gpu_count)
+    return f"{format_amount(estimate.per_hour)} {ctx.settings.currency}"
+
+
+def _image_hint(
+    ctx: ServiceContext, user: UserModel, image: str, gpu_model: str | None
+) -> image_catalog.ImageHint | None:
+    return image_catalog.image_hint(ctx, user, image, gpu_model) if image else None
+
+
+def _owners(ctx: ServiceContext, viewer: WebSession) -> dict[str, str]:
+    if not viewer.user.is_admin:
+        return {viewer.user.id: viewer.user.name}
+    return {u.id: u.name for u in users.list_users(ctx)}
+
+
+@router.get("/")
+def dashboard(request: Request, ctx: Context, viewer: Viewer) -> Response:
+    own = overview.own_overview(ctx, viewer.user)
+    models = inventory.gpu_summary(ctx)
+    prices = balances.gpu_prices_per_hour(ctx)
+    balance = _available(ctx, viewer.user)
+    return render(
+        request, "dashboard.html", viewer, own=own, models=models, prices=prices, balance=balance
+    )
+
+
+@router.get("/instances")
+def instance_list(request: Request, ctx: Context, viewer: Viewer, page: int = 1) -> Response:
+    listed = overview.instance_page(ctx, viewer.user, page)
+    return render(request, "instances.html", viewer, listed=listed)
+
+
+@router.get("/instances/rows")
+def instance_rows(request: Request, ctx: Context, viewer: Viewer, page: int = 1) -> Response:
+    """The list's table body, polled by htmx every 2 s."""
+    listed = overview.instance_page(ctx, viewer.user, page)
+    return render(request, "fragments/instance_rows.html", viewer, listed=listed)
+
+
+@router.get("/instances/new")
+def new_instance_form(request: Request, ctx: Context, viewer: Viewer) -> Response:
+    return _form(request, ctx, viewer, {}, None)
+
+
+def _form(
+    request: Request,
+    ctx: Context,
+    viewer: WebSession,
+    values: dict[str, str],
+    error: InvalidRequest | None,
+    status_code: int = 200,
+) -> Response:
+    models = inventory.gpu_summary(ctx)
+    values = {
+        "gpu_model": models[0].model if models else "",
+        "gpu_count": "1",
+        "image": ctx.settings.default_image,
+        "disk_gb": str(ctx.settings.default_disk_gb),
+        **values,
+    }
+    return render(
+        request,
+        "instance_new.html",
+        viewer,
+        status_code,
+        models=models,
+        values=values,
+        **form_error(error),
+        hint=_image_hint(ctx, viewer.user, values["image"], values["gpu_model"] or None),
+        image_choices=[(i.reference, i.name) for i in image_catalog.list_images(ctx, viewer.user)],
+        **_availability_values(ctx, models, values["gpu_model"], values["gpu_count"]),
+    )
+
+
+def _summary_of(models: list[inventory.ModelSummary], model: str) -> inventory.ModelSummary | None:
+    return next((m for m in models if m.model == model), None)
+
+
+def _count_or_one(raw: str) -> int:
+    """The form's count for the estimate; anything unusable counts as one."""
+    try:
+        count = int(raw.strip())
+    except ValueError:
+        return 1
+    return count if 0 <= count <= MAX_GPU_COUNT else 1
+
+
+def _availability_values(
+    ctx: ServiceContext, models: list[inventory.ModelSummary], gpu_model: str, gpu_count: str
+) -> dict[str, Any]:
+    count = _count_or_one(gpu_count)
+    return {
+        "selected": _summary_of(models, gpu_model),
+        "estimate": _estimate_per_hour(ctx, gpu_model or None, count),
+        "count": count,
+    }
+
+
+@router.get("/instances/new/availability")
+def availability(
+    request: Request, ctx: Context, viewer: Viewer, gpu_model: str = "", gpu_count: str = "1"
+) -> Response:
+    """Live free/total and the estimated price for the chosen model and count,
+    polled and refreshed when either changes."""
+    values = _availability_values(ctx, inventory.gpu_summary(ctx), gpu_model, gpu_count)
+    return render(request, "fragments/availability.html", viewer, **values)
+
+
+@router.get("/instances/new/image-hint")
+def image_hint(
+    request: Request, ctx: Context, viewer: Viewer, image: str = "", gpu_model: str = ""
+) -> Response:
+    """Whether the image runs on the chosen model here, refreshed when either changes."""
+    hint = _image_hint(ctx, viewer.user, image.strip(), gpu_model or None)
+    return render(request, "fragments/image_hint.html", viewer, hint=hint)
+
+
+def _parse_int(raw: str, field: str, message: str, low: int, high: int) -> int | None:
+    text = raw.strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidRequest(message, field=field) from None
+    if not low <= value <= high:
+        raise InvalidRequest(message, field=field)
+    return value
+
+
+def _request_from(form: dict[str, str]) -> InstanceRequest:
+    count = _parse_int(
+        form["gpu_count"], "gpu_count", "count must be a whole number from 0 to 16", 0, 16
+    )
+    disk = _parse_int(form["disk_gb"], "disk_gb", "disk must be a whole number of GB", 1, 10**6)
+    gpu_count = 1 if count is None else count
+    return InstanceRequest(
+        gpu_model=(form["gpu_model"] or None) if gpu_count > 0 else None,
+        gpu_count=gpu_count,
+        name=form["name"].strip() or None,
+        image=form["image"].strip() or None,
+        disk_gb=disk,
+    )
+
+
+@router.post("/instances")
+def create_instance(
+    request: Request,
+    ctx: Context,
+    viewer: CsrfViewer,
+    gpu_model: Annotated[str, Form(max_length=64)] = "",
+    gpu_count: Annotated[str, Form(max_length=8)] = "1",
+    name: Annotated[str, Form(max_length=63)] = "",
+    image: Annotated[str, Form(max_length=512)] = "",
+    disk_gb: Annotated[str, Form(max_length=12)] = "",
+) -> Response:
+    form = {"gpu_model": gpu_model, "gpu_count": gpu_count, "name": name}
+    form |= {"image": image, "disk_gb": disk_gb}
+    try:
+        created = instances.create_instance(ctx, viewer.user, _request_from(form))
+    except InvalidRequest as exc:
+        return _form(request, ctx, viewer, form, exc, 422)
+    except (NotFound, Conflict, PaymentRequired) as exc:  # an unknown image, a taken name, funds
+        return _form(request, ctx, viewer, form, InvalidRequest(exc.message, field=exc.field), 422)
+    return redirect(f"/instances/{created.id}")
+
+
+def _detail_values(
+    ctx: ServiceContext, viewer: WebSession, instance: InstanceModel
+) -> dict[str, Any]:
+    return {
+        "v": instances.view(ctx, instance),
+        "events": instances.list_events(ctx, viewer.user, instance.id),
+        "ssh": ssh_endpoint.ssh_command(ctx.settings, instance.id),
+        "owner": _owners(ctx, viewer).get(instance.user_id, instance.user_id),
+        "sessions": ssh_sessions.list_sessions(ctx, viewer.user, instance.id, SESSIONS_SHOWN),
+    }
+
+
+@router.get("/instances/{instance_id}")
+def instance_detail(request: Request, ctx: Context, viewer: Viewer, instance_id: str) -> Response:
+    instance = instances.get_instance(ctx, viewer.user, instance_id)
+    values = _detail_values(ctx, viewer, instance)
+    can_save = instance.status.value not in (
+        "deleting",
+        "deleted",
+    )
+    return render(request, "instance.html", viewer, can_save_image=can_save, **values)
+
+
+@router.get("/instances/{instance_id}/live")
+def instance_live(request: Request, ctx: Context, viewer: Viewer, instance_id: str) -> Response:
+    """Status, actions and events, polled by htmx every 2 s."""
+    instance = instances.get_instance(ctx, viewer.user, instance_id)
+    values = _detail_values(ctx, viewer, instance)
+    return render(request, "fragments/instance_live.html", viewer, **values)
+
+
+@router.get("/instances/{instance_id}/usage")
+def instance_usage(
+    request: Request, ctx: Context, viewer: Viewer, meter: Meter, instance_id: str
+) -> Response:
+    """CPU, memory and processes now, polled by htmx every 2 s; empty unless running."""
+    now = usage.instance_usage(ctx, viewer.user, instance_id, meter)
+    return render(
+        request, "fragments/instance_usage.html", viewer, instance_id=instance_id, usage=now
+    )
+
+
+@router.post("/instances/{instance_id}/{action}")
+def instance_action(ctx: Context, viewer: CsrfViewer, instance_id: str, action: str) -> Response:
+    operation = ACTIONS.get(action)
+    if operation is None:
+        raise NotFound(f"no action {action!r}: use start, stop, restart or delete")
+    instance = operation(ctx, viewer.user, instance_id)
+    return redirect("/instances" if action == "delete" else f"/instances/{instance.id}")

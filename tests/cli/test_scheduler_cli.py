@@ -1,0 +1,40 @@
+"""`gpudock scheduler replay`: local, no server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpudock.cli.main import app
+from tests.scheduler.small_trace import write_small_trace
+
+
+def test_replay_prints_the_allocation_curve_as_json(tmp_path: Path) -> None:
+    nodes, pods = write_small_trace(tmp_path)
+    args = ["scheduler", "replay", "--nodes", str(nodes), "--pods", str(pods), "--json"]
+    result = CliRunner().invoke(app, [*args, "--policy", "firstfit", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["policy"] == "firstfit" and report["pods"] > 0
+    assert 0 < report["allocated_pct"]["100"] <= 100
+    assert report["unallocated_pct"]["100"] == round(100 - report["allocated_pct"]["100"], 2)
+
+
+def test_churn_replay_compares_with_fgd_and_firstfit(tmp_path: Path) -> None:
+    nodes, pods = write_small_trace(tmp_path)
+    args = ["scheduler", "replay", "--nodes", str(nodes), "--pods", str(pods), "--churn"]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    reports = json.loads(result.stdout)
+    assert [r["policy"] for r in reports] == ["gpudock", "fgd", "firstfit"]
+    for r in reports:
+        assert 0 < r["gpu_hours_pct"] <= 100
+
+
+def test_unknown_policy_is_a_usage_error(tmp_path: Path) -> None:
+    nodes, pods = write_small_trace(tmp_path)
+    args = ["scheduler", "replay", "--nodes", str(nodes), "--pods", str(pods)]
+    result = CliRunner().invoke(app, [*args, "--policy", "magic"])
+    assert result.exit_code == 2
