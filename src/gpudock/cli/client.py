@@ -38,7 +38,8 @@ EXIT_USAGE = 2
 
 Answer = TypeVar("Answer")
 Body = Mapping[str, object]
-Params = Mapping[str, str]
+Query = Mapping[str, str] | None
+"""A query string's parameters, if there are any."""
 
 
 def quoted_path(*segments: str) -> str:
@@ -91,25 +92,18 @@ class ApiClient:
     def close(self) -> None:
         self._http.close()
 
-    def get(self, path: str, into: type[Answer], *, params: Params | None = None) -> Answer:
+    def get(self, path: str, into: type[Answer], *, params: Query = None) -> Answer:
         return self.request("GET", path, into, params=params)
 
     def post(
-        self,
-        path: str,
-        into: type[Answer],
-        body: Body | None = None,
-        *,
-        params: Params | None = None,
+        self, path: str, into: type[Answer], body: Body | None = None, *, params: Query = None
     ) -> Answer:
         return self.request("POST", path, into, body, params=params)
 
-    def put(
-        self, path: str, into: type[Answer], body: Body, *, params: Params | None = None
-    ) -> Answer:
+    def put(self, path: str, into: type[Answer], body: Body, *, params: Query = None) -> Answer:
         return self.request("PUT", path, into, body, params=params)
 
-    def delete(self, path: str, into: type[Answer], *, params: Params | None = None) -> Answer:
+    def delete(self, path: str, into: type[Answer], *, params: Query = None) -> Answer:
         return self.request("DELETE", path, into, params=params)
 
     def request(
@@ -119,7 +113,7 @@ class ApiClient:
         into: type[Answer],
         body: Body | None = None,
         *,
-        params: Params | None = None,
+        params: Query = None,
         headers: Mapping[str, str] | None = None,
     ) -> Answer:
         """Send, then parse the answer into `into` (a response model, or a list of one)."""
@@ -131,7 +125,7 @@ class ApiClient:
         path: str,
         into: type[Answer],
         *,
-        params: Params | None = None,
+        params: Query = None,
         content: bytes | None = None,
         body: Body | None = None,
     ) -> Iterator[Answer]:
@@ -156,7 +150,7 @@ class ApiClient:
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from exc
 
-    def get_text(self, path: str, params: Params | None = None) -> str:
+    def get_text(self, path: str, params: Query = None) -> str:
         """GET a non-JSON answer (e.g. CSV) as text."""
         return self._send("GET", path, None, params=params).text
 
@@ -166,7 +160,7 @@ class ApiClient:
         path: str,
         body: Body | None,
         *,
-        params: Params | None = None,
+        params: Query = None,
         headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
         try:

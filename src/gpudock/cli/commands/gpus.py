@@ -8,6 +8,7 @@ from rich.text import Text
 from gpudock.api.schemas import GpuModelPublic, HostPublic
 from gpudock.cli import output
 from gpudock.cli.client import connect
+from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 
 COLUMNS = ("MODEL", "MEMORY", "FREE/TOTAL", "HOSTS", "MAX PER HOST", "PRICE/H")
@@ -16,9 +17,9 @@ NO_GPUS = "No GPUs in this cluster (no-GPU instances: --count 0)."
 
 def list_gpus(json_output: JsonFlag = False) -> None:
     """GPU models in the cluster: memory, free of total, hosts, price."""
-    with connect() as client:
-        models = client.get("/gpus", list[GpuModelPublic])
-    output.print_listing(models, COLUMNS, _model_row, json_output=json_output, empty=NO_GPUS)
+    show_collection(
+        "/gpus", list[GpuModelPublic], COLUMNS, _model_row, json_output=json_output, empty=NO_GPUS
+    )
 
 
 def _model_row(model: GpuModelPublic) -> list[str | Text]:

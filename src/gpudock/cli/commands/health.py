@@ -16,6 +16,7 @@ from gpudock.api.health_schemas import (
 )
 from gpudock.cli import output
 from gpudock.cli.client import connect, quoted_path
+from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 
 gpus_app = typer.Typer(
@@ -70,9 +71,9 @@ def _change_state(gpu: str, action: str, json_output: bool) -> None:
 @gpus_app.command("faults")
 def list_faults(json_output: JsonFlag = False) -> None:
     """Recent faults, newest first, with what gpudock did about each."""
-    with connect() as client:
-        faults = client.get("/admin/faults", list[FaultPublic])
-    output.print_listing(faults, FAULT_COLUMNS, _fault_row, json_output=json_output)
+    show_collection(
+        "/admin/faults", list[FaultPublic], FAULT_COLUMNS, _fault_row, json_output=json_output
+    )
 
 
 def _fault_row(fault: FaultPublic) -> list[str | Text]:

@@ -21,6 +21,7 @@ from gpudock.api.image_schemas import (
 )
 from gpudock.cli import output
 from gpudock.cli.client import CliError, connect, quoted_path
+from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 from gpudock.errors import GpudockError
 
@@ -80,9 +81,14 @@ def list_images(
     json_output: JsonFlag = False,
 ) -> None:
     """The image catalog, and on which GPU models each image runs."""
-    with connect() as client:
-        found = client.get("/images", list[ImagePublic], params={"gpu": gpu} if gpu else None)
-    output.print_listing(found, COLUMNS, lambda image: _row(image, gpu), json_output=json_output)
+    show_collection(
+        "/images",
+        list[ImagePublic],
+        COLUMNS,
+        lambda image: _row(image, gpu),
+        json_output=json_output,
+        params={"gpu": gpu} if gpu else None,
+    )
 
 
 def _row(image: ImagePublic, gpu: str | None) -> list[str]:

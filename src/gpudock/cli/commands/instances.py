@@ -11,7 +11,8 @@ from rich.text import Text
 from gpudock.api.image_schemas import SavedImagePublic
 from gpudock.api.schemas import InstanceEventPublic, InstancePublic
 from gpudock.cli import output
-from gpudock.cli.client import ApiClient, connect, quoted_path
+from gpudock.cli.client import ApiClient, Query, connect, quoted_path
+from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 from gpudock.cli.commands.waiting import DEFAULT_TIMEOUT_S, Waiter
 
@@ -81,9 +82,9 @@ def create(
 @app.command("list")
 def list_instances(json_output: JsonFlag = False) -> None:
     """List instances (an admin sees everyone's)."""
-    with connect() as client:
-        instances = client.get("/instances", list[InstancePublic])
-    output.print_listing(instances, COLUMNS, _row, json_output=json_output, empty=NONE_YET)
+    show_collection(
+        "/instances", list[InstancePublic], COLUMNS, _row, json_output=json_output, empty=NONE_YET
+    )
 
 
 def _row(i: InstancePublic) -> list[str | Text]:
@@ -158,7 +159,7 @@ def _act(
     wait: bool,
     timeout: float,
     json: bool,
-    params: dict[str, str] | None = None,
+    params: Query = None,
 ) -> None:
     """POST (or DELETE) the action, optionally wait for `target`, report."""
     with connect() as client:
@@ -171,9 +172,7 @@ def _act(
     _report((DONE if wait else REQUESTED)[verb], instance)
 
 
-def _request(
-    client: ApiClient, ref: str, verb: str, params: dict[str, str] | None
-) -> InstancePublic:
+def _request(client: ApiClient, ref: str, verb: str, params: Query) -> InstancePublic:
     if verb == "delete":
         return client.delete(quoted_path("instances", ref), InstancePublic)
     return client.post(quoted_path("instances", ref, verb), InstancePublic, params=params)
@@ -206,26 +205,22 @@ def start(
     _act(ref, "start", "running", wait=wait, timeout=timeout, json=json_output, params=params)
 
 
-@app.command("stop")
-def stop(
-    ref: RefArg,
-    wait: WaitFlag = False,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
-    json_output: JsonFlag = False,
-) -> None:
-    """Stop an instance: its GPUs are released, its data is kept."""
-    _act(ref, "stop", "stopped", wait=wait, timeout=timeout, json=json_output)
+def plain_action(verb: str, target: str, summary: str) -> None:
+    """Register `gpudock instances VERB ID [--wait] [--json]`: an action with no
+    options of its own that, with --wait, is done when the instance is `target`."""
+
+    @app.command(verb, help=summary)
+    def command(
+        ref: RefArg,
+        wait: WaitFlag = False,
+        timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
+        json_output: JsonFlag = False,
+    ) -> None:
+        _act(ref, verb, target, wait=wait, timeout=timeout, json=json_output)
 
 
-@app.command("restart")
-def restart(
-    ref: RefArg,
-    wait: WaitFlag = False,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
-    json_output: JsonFlag = False,
-) -> None:
-    """Restart a running instance's container on the same GPUs."""
-    _act(ref, "restart", "running", wait=wait, timeout=timeout, json=json_output)
+plain_action("stop", "stopped", "Stop an instance: its GPUs are released, its data is kept.")
+plain_action("restart", "running", "Restart a running instance's container on the same GPUs.")
 
 
 @app.command("delete")

@@ -12,6 +12,7 @@ import typer
 from gpudock.api.schemas import SshKeyChallengePublic, SshKeyPublic
 from gpudock.cli import output
 from gpudock.cli.client import EXIT_USAGE, CliError, connect, quoted_path
+from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 
 app = typer.Typer(
@@ -20,6 +21,7 @@ app = typer.Typer(
 
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
 COLUMNS = ("ID", "NAME", "TYPE", "FINGERPRINT", "ADDED", "LAST USED", "PROVEN")
+KeyRef = Annotated[str, typer.Argument(metavar="KEY", help="Key id, name or fingerprint.")]
 NONE_YET = "No SSH keys; `gpudock keys add` registers ~/.ssh/id_ed25519."
 
 
@@ -129,9 +131,9 @@ def add(
 @app.command("list")
 def list_keys(json_output: JsonFlag = False) -> None:
     """List your SSH keys with their fingerprints (as `ssh-keygen -lf` prints them)."""
-    with connect() as client:
-        keys = client.get("/ssh-keys", list[SshKeyPublic])
-    output.print_listing(keys, COLUMNS, _row, json_output=json_output, empty=NONE_YET)
+    keys = show_collection(
+        "/ssh-keys", list[SshKeyPublic], COLUMNS, _row, json_output=json_output, empty=NONE_YET
+    )
     if not json_output and not all(k.verified for k in keys):
         output.print_message(
             "Keys marked NO were registered before keys needed a proof; prove each with "
@@ -152,10 +154,7 @@ def _row(key: SshKeyPublic) -> list[str]:
 
 
 @app.command("remove")
-def remove(
-    ref: Annotated[str, typer.Argument(metavar="KEY", help="Key id, name or fingerprint.")],
-    json_output: JsonFlag = False,
-) -> None:
+def remove(ref: KeyRef, json_output: JsonFlag = False) -> None:
     """Remove one of your SSH keys; it stops opening new connections at once."""
     with connect() as client:
         key = client.delete(quoted_path("ssh-keys", ref), SshKeyPublic)

@@ -12,6 +12,7 @@ from rich.text import Text
 from gpudock.api.schemas import TokenPublic, TokenWithValuePublic
 from gpudock.cli import output
 from gpudock.cli.client import connect, quoted_path
+from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 
 app = typer.Typer(
@@ -80,9 +81,9 @@ def list_tokens(
 ) -> None:
     """List your tokens; * marks the one this CLI uses."""
     params = {"include_revoked": "true"} if all_tokens else None
-    with connect() as client:
-        found = client.get("/tokens", list[TokenPublic], params=params)
-    output.print_listing(found, COLUMNS, _row, json_output=json_output)
+    show_collection(
+        "/tokens", list[TokenPublic], COLUMNS, _row, json_output=json_output, params=params
+    )
 
 
 def _row(token: TokenPublic) -> list[str | Text]:

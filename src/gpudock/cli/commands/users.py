@@ -23,6 +23,7 @@ from gpudock.cli.client import (
     quoted_path,
     resolve_config,
 )
+from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 from gpudock.cli.config import TOKEN_ENV, URL_ENV, ConfigError, normalize_url, save_config
 
@@ -122,9 +123,9 @@ def list_users(
 ) -> None:
     """List users (admin)."""
     params = {"include_deleted": "true"} if all_users else None
-    with connect() as client:
-        users = client.get("/users", list[UserPublic], params=params)
-    output.print_listing(users, COLUMNS, _row, json_output=json_output)
+    show_collection(
+        "/users", list[UserPublic], COLUMNS, _row, json_output=json_output, params=params
+    )
 
 
 def _row(user: UserPublic) -> list[str | Text]:
