@@ -98,13 +98,15 @@ def test_every_path_segment_is_quoted() -> None:
 
 
 def test_the_cli_starts_without_the_server_side() -> None:
-    """The CLI imports the API's schemas, and with them nothing of the server."""
+    """The CLI imports the API's schemas, and with them nothing of the server; the
+    placement core (and numpy with it) only when a `gpudock scheduler` command runs."""
     code = "import json, sys, gpudock.cli.main; print(json.dumps(sorted(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = json.loads(done.stdout)
     assert "gpudock.api.schemas" in loaded
     server_side = ("sqlalchemy", "fastapi", "starlette", "uvicorn", "docker", "asyncssh")
     server_side += ("gpudock.services", "gpudock.db", "gpudock.settings", "gpudock.platform")
+    server_side += ("gpudock.runtime", "gpudock.scheduler", "numpy")
     heavy = [
         m for m in loaded if m in server_side or m.startswith(tuple(f"{s}." for s in server_side))
     ]
