@@ -9,15 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudock.billing.money import (
-    AMOUNT_OR_ZERO_PATTERN,
-    AMOUNT_PATTERN,
-    MAX_MICROS,
-    format_amount,
-    format_cents,
-    parse_amount,
-)
+from gpudock.billing.money import MAX_MICROS, format_amount, format_cents, parse_amount
 from gpudock.errors import InvalidRequest
+from gpudock.syntax import AMOUNT_OR_ZERO_PATTERN, AMOUNT_PATTERN
 
 
 @pytest.mark.parametrize(
