@@ -12,6 +12,7 @@ import pytest
 
 from gpudock.api.image_schemas import BuildEventPublic
 from gpudock.api.schemas import GpuModelPublic, UserPublic
+from gpudock.cli import main
 from gpudock.cli.client import ApiClient, CliError, NotFoundError, quoted_path
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -97,13 +98,24 @@ def test_every_path_segment_is_quoted() -> None:
     assert quoted_path("instances", "a/b c", "events") == "/instances/a%2Fb%20c/events"
 
 
-def test_the_cli_starts_without_the_server_side() -> None:
-    """The CLI imports the API's schemas, and with them nothing of the server; the
-    placement core (and numpy with it) only when a `gpudock scheduler` command runs."""
-    code = "import json, sys, gpudock.cli.main; print(json.dumps(sorted(sys.modules)))"
+def _modules_after(code: str) -> list[str]:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded = json.loads(done.stdout)
-    assert "gpudock.api.schemas" in loaded
+    loaded: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return loaded
+
+
+def test_the_cli_starts_without_the_server_side() -> None:
+    """Every CLI command imports the API's schemas, and with them nothing of the
+    server; the placement core (and numpy with it) only when a `gpudock scheduler`
+    command runs."""
+    loaded = _modules_after(
+        "import json, sys\n"
+        "from gpudock.cli import main\n"
+        "for name in main.COMMANDS:\n"
+        "    if name != 'scheduler': main.load_command(name)\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    assert "gpudock.api.schemas" in loaded and "gpudock.cli.commands.instances" in loaded
     server_side = ("sqlalchemy", "fastapi", "starlette", "uvicorn", "docker", "asyncssh")
     server_side += ("gpudock.services", "gpudock.db", "gpudock.settings", "gpudock.platform")
     server_side += ("gpudock.runtime", "gpudock.scheduler", "numpy")
@@ -111,3 +123,27 @@ def test_the_cli_starts_without_the_server_side() -> None:
         m for m in loaded if m in server_side or m.startswith(tuple(f"{s}." for s in server_side))
     ]
     assert heavy == []
+
+
+def test_the_command_list_imports_no_command() -> None:
+    """`gpudock --help` lists the commands from a table: no command module, no HTTP
+    client and no schemas are imported for it."""
+    loaded = _modules_after(
+        "import json, sys\n"
+        "from gpudock.cli.main import app\n"
+        "try:\n"
+        "    app(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    assert "typer" in loaded
+    unneeded = ("httpx", "pydantic", "gpudock.api", "gpudock.cli.client", "gpudock.cli.commands.")
+    assert [m for m in loaded if m.startswith(unneeded)] == []
+
+
+@pytest.mark.parametrize("name", list(main.COMMANDS))
+def test_the_listed_summary_is_the_commands_own(name: str) -> None:
+    command = main.load_command(name)
+    assert command.name == name
+    assert main.COMMANDS[name].summary == command.get_short_help_str(limit=500)

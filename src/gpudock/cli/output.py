@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 import typer
-from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -44,6 +43,8 @@ def stderr() -> Console:
 def print_json(answer: object) -> None:
     """An answer as the server wrote it (models under their JSON names), indented;
     plain text (no Rich markup or wrapping)."""
+    from pydantic_core import to_jsonable_python  # only --json needs it: not at start-up
+
     body = to_jsonable_python(answer, by_alias=True)
     typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
 
