@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from gpudock.db.models import GpuModel, HostModel
 from gpudock.errors import InvalidRequest
+from gpudock.services.context import ServiceContext
 from gpudock.settings import Settings
 
 MILLI_PER_GPU = 1000
@@ -109,7 +110,7 @@ def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> 
                 field="gpu_model",
             )
     shapes = [s for m in models for s in _shapes(session, m)] or _shapes(session, None)
-    share = _share_milli(session, request)
+    share = share_milli(session, request)
     if share is not None:
         return _share_size(settings, request, shapes, share)
     if not shapes:
@@ -169,7 +170,7 @@ def _check_system_disk(asked: int | None, settings: Settings) -> int:
     return value
 
 
-def _share_milli(session: Session, request: SizeRequest) -> int | None:
+def share_milli(session: Session, request: SizeRequest) -> int | None:
     """A share of one GPU in milli-GPU (rounded up: the tenant never gets less),
     from a fraction of the card or from GB of its memory; None: whole GPUs."""
     if request.gpu_share is None and request.gpu_memory_gb is None:
@@ -198,6 +199,13 @@ def _share_milli(session: Session, request: SizeRequest) -> int | None:
             field="gpu_memory_gb",
         )
     return math.ceil(Decimal(request.gpu_memory_gb * 1024 * MILLI_PER_GPU) / card_mb)
+
+
+def requested_share(ctx: ServiceContext, request: SizeRequest) -> int | None:
+    """The share a create request asks for, as `create_instance` would size it
+    (for a price shown before the request is sent); `InvalidRequest` as there."""
+    with ctx.reader() as session:
+        return share_milli(session, request)
 
 
 def _fraction_milli(share: Decimal) -> int:
