@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -10,11 +9,9 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from gpudock.platform import Platform
-from gpudock.runtime.docker import DockerRuntime
 from gpudock.services.accounts import logins as accounts
 from gpudock.services.accounts import users
 from gpudock.services.instances import container_spec as containers
-from tests.support.docker import docker_client, remove_cluster_objects
 from tests.support.key_proof import make_key
 from tests.support.platforms import PlatformFactory
 from tests.support.web import PASSWORD, make_user
@@ -25,17 +22,11 @@ WAIT_MS = 90_000
 
 
 @pytest.fixture
-def engine() -> docker.DockerClient:
-    return docker_client()
-
-
-@pytest.fixture
-def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
-    platform = platform_factory(runtime=DockerRuntime(), stop_timeout_s=1)
+def real(docker_platform_factory: PlatformFactory) -> Platform:
+    platform = docker_platform_factory(stop_timeout_s=1)
     make_user(platform, "alice")
     accounts.set_password(platform.ctx, users.ADMIN_NAME, PASSWORD)
-    yield platform
-    remove_cluster_objects(engine, platform.ctx.cluster_id)
+    return platform
 
 
 def log_in(page: Page, url: str, name: str) -> None:

@@ -24,9 +24,11 @@ from gpudock.db.models.billing import (
     BillingPriceModel,
 )
 from gpudock.db.models.fleet import (
+    GpuAllocationModel,
     GpuEventModel,
     GpuFaultModel,
     GpuModel,
+    GpuShareModel,
     GpuState,
     HostModel,
     MigrationModel,
@@ -34,8 +36,6 @@ from gpudock.db.models.fleet import (
 from gpudock.db.models.images import ImageModel
 from gpudock.db.models.instances import (
     DesiredState,
-    GpuAllocationModel,
-    GpuShareModel,
     InstanceEventModel,
     InstanceModel,
     InstanceStatus,

@@ -1,14 +1,15 @@
-"""Hosts, their GPUs, GPU faults and state events, and moves between GPUs."""
+"""Hosts, their GPUs and the claims on them (whole or shares), GPU faults and
+state events, and moves between GPUs."""
 
 from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Float,
     ForeignKey,
     Index,
@@ -19,9 +20,6 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from gpudock.db.models.base import Base, UTCDateTime, enum_column
-
-if TYPE_CHECKING:
-    from gpudock.db.models.instances import GpuAllocationModel, GpuShareModel
 
 
 class GpuState(enum.StrEnum):
@@ -133,3 +131,27 @@ class MigrationModel(Base):
         UTCDateTime, comment="the fault's timestamp, or the start request's"
     )
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class GpuAllocationModel(Base):
+    """One row per allocated GPU; the primary key makes double allocation impossible."""
+
+    __tablename__ = "gpu_allocations"
+    gpu_id: Mapped[str] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
+    allocated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    gpu: Mapped[GpuModel] = relationship(back_populates="allocation")
+
+
+class GpuShareModel(Base):
+    """A share of one GPU held by one instance. The shares of a GPU never add up
+    to a whole card, and never sit on a GPU allocated whole: the placement pass
+    checks both under the GPU row's lock in the transaction that inserts one."""
+
+    __tablename__ = "gpu_shares"
+    __table_args__ = (CheckConstraint("milli > 0 AND milli < 1000", name="ck_gpu_shares_milli"),)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), primary_key=True)
+    gpu_id: Mapped[str] = mapped_column(ForeignKey("gpus.id"), index=True)
+    milli: Mapped[int] = mapped_column(Integer)
+    allocated_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     Boolean,
-    CheckConstraint,
     Float,
     ForeignKey,
     Index,
@@ -22,7 +21,7 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from gpudock.db.models.base import Base, UTCDateTime, enum_column
 
 if TYPE_CHECKING:
-    from gpudock.db.models.fleet import GpuModel, HostModel
+    from gpudock.db.models.fleet import HostModel
 
 
 class InstanceStatus(enum.StrEnum):
@@ -114,7 +113,6 @@ class InstanceModel(Base):
         Boolean, default=False, comment="start waits for host_id instead of moving"
     )
 
-    allocations: Mapped[list[GpuAllocationModel]] = relationship(back_populates="instance")
     host: Mapped[HostModel | None] = relationship(foreign_keys=[host_id])
 
     @property
@@ -122,31 +120,6 @@ class InstanceModel(Base):
         """The GPU models this instance may be placed on, its own first."""
         choices = [m for m in self.gpu_model_choices.split(",") if m]
         return tuple(dict.fromkeys([*([self.gpu_model] if self.gpu_model else []), *choices]))
-
-
-class GpuAllocationModel(Base):
-    """One row per allocated GPU; the primary key makes double allocation impossible."""
-
-    __tablename__ = "gpu_allocations"
-    gpu_id: Mapped[str] = mapped_column(ForeignKey("gpus.id"), primary_key=True)
-    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
-    allocated_at: Mapped[datetime] = mapped_column(UTCDateTime)
-
-    gpu: Mapped[GpuModel] = relationship(back_populates="allocation")
-    instance: Mapped[InstanceModel] = relationship(back_populates="allocations")
-
-
-class GpuShareModel(Base):
-    """A share of one GPU held by one instance. The shares of a GPU never add up
-    to a whole card, and never sit on a GPU allocated whole: the placement pass
-    checks both under the GPU row's lock in the transaction that inserts one."""
-
-    __tablename__ = "gpu_shares"
-    __table_args__ = (CheckConstraint("milli > 0 AND milli < 1000", name="ck_gpu_shares_milli"),)
-    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), primary_key=True)
-    gpu_id: Mapped[str] = mapped_column(ForeignKey("gpus.id"), index=True)
-    milli: Mapped[int] = mapped_column(Integer)
-    allocated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class InstanceEventModel(Base):
