@@ -7,7 +7,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from gpudock.cli.commands import scheduler as scheduler_command
 from gpudock.cli.main import app
+from gpudock.scheduler import registry
 from tests.scheduler.small_trace import write_small_trace
 
 
@@ -38,3 +40,9 @@ def test_unknown_policy_is_a_usage_error(tmp_path: Path) -> None:
     args = ["scheduler", "replay", "--nodes", str(nodes), "--pods", str(pods)]
     result = CliRunner().invoke(app, [*args, "--policy", "magic"])
     assert result.exit_code == 2
+
+
+def test_the_help_names_the_policies_the_core_has() -> None:
+    """The CLI writes the names down so as not to import the core at start."""
+    assert scheduler_command.POLICY_NAMES == registry.POLICY_NAMES
+    assert scheduler_command.DEFAULT_POLICY == registry.DEFAULT_POLICY

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from gpudock.services.accounts.tokens import DURATION_PATTERN, NAME_PATTERN
+from gpudock.syntax import DURATION_PATTERN, TOKEN_NAME_PATTERN
 
 # Environment variables a request may set: the service refuses the reserved
 # ones with an explanation, so pydantic checks only the shape of the body.
@@ -105,7 +105,7 @@ class TokenCreateRequest(BaseModel):
     name: str = Field(
         min_length=1,
         max_length=64,
-        json_schema_extra={"pattern": NAME_PATTERN},
+        json_schema_extra={"pattern": TOKEN_NAME_PATTERN},
         examples=["laptop"],
         description="Unique among your unrevoked tokens",
     )

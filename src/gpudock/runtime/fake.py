@@ -28,6 +28,7 @@ from gpudock.runtime.base import (
     ImageNotFound,
     NetworkState,
     RawOutput,
+    RegistryUnreachable,
     VolumeState,
 )
 
@@ -54,6 +55,7 @@ class FakeRuntime:
     system_disk_quota: bool = False  # the engine's own limit; False: the watchdog's job
     writable_bytes: dict[str, int] = field(default_factory=dict)  # by container id
     pullable: set[str] = field(default_factory=set)
+    registry_reachable: bool = True  # False: every pull and look-up fails as offline
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     containers: dict[str, _Container] = field(default_factory=dict)
     volumes: dict[str, VolumeState] = field(default_factory=dict)
@@ -96,6 +98,11 @@ class FakeRuntime:
         )
 
     def image_pullable(self, ref: str) -> bool:
+        if not self.registry_reachable:
+            raise RegistryUnreachable(
+                f"image {ref!r} is not on the engine and its registry cannot be reached "
+                "from it (dial tcp: lookup registry: no such host)"
+            )
         return _familiar(ref) in {_familiar(p) for p in self.pullable}
 
     def ensure_image(self, ref: str) -> None:

@@ -23,6 +23,11 @@ ZH_CN: dict[str, str] = {
     "Users": "用户",
     "Account": "账户",
     "Log out": "退出登录",
+    "on the host": "已在主机上",
+    "not on the host: pulled from its registry at first use": (
+        "不在主机上：首次使用时从镜像仓库拉取"
+    ),
+    "Menu": "菜单",
     "Log in": "登录",
     "Billing": "账单",
     "SSH keys": "SSH 密钥",
@@ -133,6 +138,13 @@ ZH_CN: dict[str, str] = {
     "Balance": "余额",
     "Available": "可用",
     "Spending per hour": "每小时消费",
+    "money on the account: top-ups less what has been charged": "账户中的钱：充值减去已扣费",
+    "the balance less what running instances have used since their last charge": (
+        "余额减去运行中实例自上次扣费以来的用量"
+    ),
+    "nothing running that costs money": "没有正在计费的实例",
+    "lasts about {time} at this rate": "按此速度约可用 {time}",
+    "charges since the 1st (UTC)": "本月 1 日（UTC）以来的扣费",
     "Spent this month": "本月已消费",
     "Prices": "价格",
     "Kind": "类别",
@@ -309,6 +321,7 @@ ZH_CN: dict[str, str] = {
     "0 makes it free": "0 表示免费",
     "Save price": "保存价格",
     "Top up a wallet": "为用户充值",
+    "choose a user": "选择用户",
     "User": "用户",
     "Note": "备注",
     "optional: shown on the user's ledger": "可选：显示在用户的流水中",
