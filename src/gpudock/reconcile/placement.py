@@ -124,7 +124,7 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
             for gpu_id in placement.gpu_uuids if row.gpu_share_milli is None else ():
                 session.add(GpuAllocationModel(gpu_id=gpu_id, instance_id=row.id, allocated_at=now))
             row.placed, row.host_id = True, placement.host_id
-            row.gpu_model = placement.model or row.gpu_model
+            _record_model(row, placement.model)
             session.flush()
             new_status = S.CREATING if row.status == S.PENDING else S.STARTING
             reason = "placed; starting the container"
@@ -136,6 +136,15 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
         return False
     ctx.wake_reconciler()
     return True
+
+
+def _record_model(row: InstanceModel, model: str | None) -> None:
+    """The instance records the model it got; the others it accepts stay
+    acceptable (a later start may land on any of them)."""
+    if model is None or model == row.gpu_model:
+        return
+    row.gpu_model_choices = ",".join(m for m in row.accepted_models if m != model)
+    row.gpu_model = model
 
 
 class _ShareTaken(Exception):

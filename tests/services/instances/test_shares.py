@@ -110,6 +110,7 @@ def test_a_request_names_the_models_it_accepts(
     platform.reconciler.drain()
     second = actions.get_instance(platform.ctx, user, "w2")
     assert second.status == InstanceStatus.RUNNING and second.gpu_model == "H100-80GB"
+    assert second.accepted_models == ("H100-80GB", "A100-80GB")  # the one it got first
 
 
 @pytest.mark.parametrize(
