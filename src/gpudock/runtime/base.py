@@ -352,6 +352,12 @@ class Runtime(Protocol):
         None if it does not exist or is not running."""
         ...
 
+    def container_of_pid(self, pid: int) -> str | None:
+        """The id of the container whose cgroup holds the host process `pid`
+        (as NVML reports it), or None: in no container, gone, or this engine's
+        processes cannot be seen from here (a remote engine). Fast: no engine call."""
+        ...
+
 
 # -- exec streams (the SSH gateway) -----------------------------------
 STDOUT = 1

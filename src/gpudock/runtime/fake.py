@@ -68,6 +68,8 @@ class FakeRuntime:
     volume_sizes: dict[str, int] = field(default_factory=dict)
     # what `container_stats` reports, by container id (see `set_usage`)
     usage: dict[str, FakeUsage] = field(default_factory=dict)
+    # host PID -> container id, as the processes' cgroups would say (`add_process`)
+    pid_owners: dict[int, str] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -326,6 +328,13 @@ class FakeRuntime:
     # -- usage: readings the test sets, taken at `clock()` ----------
     def set_usage(self, name_or_id: str, usage: FakeUsage) -> None:
         self.usage[self._get(name_or_id).state.id] = usage
+
+    def add_process(self, name_or_id: str, pid: int) -> None:
+        """A process of the container, for `container_of_pid`."""
+        self.pid_owners[pid] = self._get(name_or_id).state.id
+
+    def container_of_pid(self, pid: int) -> str | None:
+        return self.pid_owners.get(pid)
 
     def container_stats(self, container_id: str) -> ContainerStats | None:
         container = self._find(container_id)

@@ -380,6 +380,30 @@ ZH_CN: dict[str, str] = {
     "No faults yet.": "还没有故障。",
     "nvml": "NVML",
     "runtime": "运行时",
+    # shares of one GPU, the wait queue
+    "What to rent": "租用方式",
+    "Whole GPUs": "整卡",
+    "A share of one GPU": "单卡的一部分",
+    "Share of a GPU": "GPU 份额",
+    "of the card": "张卡",
+    "GB of its memory": "GB 显存",
+    "Only with “A share of one GPU”; the share pays its part of the GPU's price.": (
+        "仅用于“单卡的一部分”；按所占比例支付该 GPU 的价格。"
+    ),
+    "A {share} share of one {model}: {memory} of its GPU memory.": (
+        "一张 {model} 的 {share}：{memory} 显存。"
+    ),
+    "The largest share free now is {free} of a card: the instance waits in the queue "
+    "until one frees up.": "当前最大空闲份额为 {free} 张卡：实例将排队等待，直到有份额空出。",
+    "GPU memory limit": "显存上限",
+    "Queue": "队列",
+    "{position} of {waiting} waiting for these GPUs": (
+        "等待这些 GPU 的 {waiting} 个实例中的第 {position} 个"
+    ),
+    "Estimate": "预计",
+    "Free for shares": "可分份额",
+    "Largest share": "最大份额",
+    "{free} of the card free for shares": "该卡还有 {free} 可分",
 }
 
 CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN}

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from rich.table import Table
 from rich.text import Text
 
-from gpudock.api.schemas import GpuModelPublic, HostPublic
+from gpudock.api.schemas import GpuModelPublic, GpuPublic, HostPublic
 from gpudock.cli import output
 from gpudock.cli.client import connect
 from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 
-COLUMNS = ("MODEL", "MEMORY", "FREE/TOTAL", "HOSTS", "MAX PER HOST", "PRICE/H")
+COLUMNS = (
+    "MODEL",
+    "MEMORY",
+    "FREE/TOTAL",
+    "HOSTS",
+    "MAX PER HOST",
+    "SHARE FREE",
+    "LARGEST SHARE",
+    "PRICE/H",
+)
 NO_GPUS = "No GPUs in this cluster (no-GPU instances: --count 0)."
 
 
 def list_gpus(json_output: JsonFlag = False) -> None:
-    """GPU models in the cluster: memory, free of total, hosts, price."""
+    """GPU models in the cluster: memory, free of total, hosts, share capacity
+    (GPUs' worth free for shares, the largest share one GPU takes now), price."""
     show_collection(
         "/gpus", list[GpuModelPublic], COLUMNS, _model_row, json_output=json_output, empty=NO_GPUS
     )
@@ -30,8 +42,15 @@ def _model_row(model: GpuModelPublic) -> list[str | Text]:
         Text(f"{model.free}/{model.total}", style=style),
         str(model.hosts),
         str(model.max_per_host),
+        milli_gpus(model.share_free_milli),
+        milli_gpus(model.largest_share_milli),
         output.text(model.price_per_hour),
     ]
+
+
+def milli_gpus(milli: int) -> str:
+    """Milli-GPU as GPUs: 3500 → '3.5', 250 → '0.25'."""
+    return f"{(Decimal(milli) / 1000).normalize():f}"
 
 
 def list_hosts(json_output: JsonFlag = False) -> None:
@@ -46,6 +65,13 @@ def list_hosts(json_output: JsonFlag = False) -> None:
         return
     for host in hosts:
         output.show(_host_table(host))
+
+
+def _holders(gpu: GpuPublic) -> str:
+    """The instance holding the GPU whole, or each share on it with its size."""
+    if gpu.shares:
+        return ", ".join(f"{s.instance_id} ({milli_gpus(s.milli)})" for s in gpu.shares)
+    return output.text(gpu.instance_id)
 
 
 def _host_table(host: HostPublic) -> Table:
@@ -64,7 +90,7 @@ def _host_table(host: HostPublic) -> Table:
             gpu.model,
             output.memory(gpu.memory_mb),
             Text(state, style="green" if state == "healthy" else "yellow"),
-            output.text(gpu.instance_id),
+            _holders(gpu),
         )
     if not host.gpus:
         grid.add_row("", "no GPUs", "", "", "", "")

@@ -43,12 +43,33 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def parse_models(gpu: str | None) -> list[str]:
+    """`--gpu A100-80GB,H100-80GB`: the models the instance accepts, preferred first."""
+    models = [m.strip() for m in (gpu or "").split(",") if m.strip()]
+    if len(set(models)) != len(models):
+        raise typer.BadParameter("a model is named twice", param_hint="'--gpu'")
+    return models
+
+
 @app.command("create")
 def create(
     gpu: Annotated[
-        str | None, typer.Option(metavar="MODEL", help="GPU model, e.g. A100-80GB.")
+        str | None,
+        typer.Option(
+            metavar="MODEL[,MODEL…]",
+            help="GPU model, e.g. A100-80GB; several (A100-80GB,H100-80GB): any of them, "
+            "the first preferred.",
+        ),
     ] = None,
     count: Annotated[int, typer.Option(min=0, help="GPUs; 0 = no-GPU mode.")] = 1,
+    share: Annotated[
+        float | None,
+        typer.Option(metavar="FRACTION", help="A share of one GPU instead, e.g. 0.25."),
+    ] = None,
+    share_memory: Annotated[
+        int | None,
+        typer.Option(metavar="GB", help="A share of one GPU as GB of its memory, e.g. 20."),
+    ] = None,
     image: Annotated[str | None, typer.Option(metavar="REF", help="Container image.")] = None,
     name: Annotated[str | None, typer.Option(help="Name; default: the id.")] = None,
     cpu: Annotated[float | None, typer.Option(help="CPUs; default: a share per GPU.")] = None,
@@ -61,11 +82,20 @@ def create(
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     json_output: JsonFlag = False,
 ) -> None:
-    """Create an instance; the server places it and starts it."""
-    if count > 0 and not gpu:
+    """Create an instance (whole GPUs, or a share of one with --share or
+    --share-memory); the server places it and starts it."""
+    models = parse_models(gpu)
+    if count > 0 and not models:
         raise typer.BadParameter("required unless --count 0 (no-GPU mode)", param_hint="'--gpu'")
-    body: dict[str, object] = {"gpu_model": gpu, "gpu_count": count, "env": parse_env(env or [])}
-    optional = {"name": name, "image": image, "cpu": cpu, "memory_gb": memory, "disk_gb": disk}
+    body: dict[str, object] = {
+        "gpu_model": models[0] if models else None,
+        "gpu_count": count,
+        "env": parse_env(env or []),
+    }
+    optional: dict[str, object] = {"name": name, "image": image, "cpu": cpu}
+    optional |= {"memory_gb": memory, "disk_gb": disk}
+    optional |= {"gpu_share": share, "gpu_memory_gb": share_memory}
+    optional["gpu_models"] = models if len(models) > 1 else None
     body.update({k: v for k, v in optional.items() if v is not None})
     with connect() as client:
         instance = client.post("/instances", InstancePublic, body)
@@ -77,6 +107,13 @@ def create(
     _report("Created", instance)
     if not wait:
         output.print_message(f"`gpudock instances show {instance.name}` follows it.", "dim")
+
+
+def gpus_of(i: InstancePublic) -> str:
+    """'2 × A100-80GB', '0.25 × A100-80GB' (a share of one), 'no GPU'."""
+    if i.gpu_share is not None:
+        return f"{i.gpu_share} × {i.gpu_model}"
+    return output.gpus(i.gpu_model, i.gpu_count)
 
 
 @app.command("list")
@@ -92,7 +129,7 @@ def _row(i: InstancePublic) -> list[str | Text]:
         i.id,
         i.name,
         output.status_text(i.status),
-        output.gpus(i.gpu_model, i.gpu_count),
+        gpus_of(i),
         output.text(i.host),
         i.image,
         output.when(i.created_at),
@@ -125,7 +162,8 @@ def _details(i: InstancePublic) -> Table:
         ("Name", i.name),
         ("Status", status),
         ("Desired", i.desired_state),
-        ("GPUs", "\n".join([output.gpus(i.gpu_model, i.gpu_count), *i.gpus])),
+        ("GPUs", "\n".join([gpus_of(i), *i.gpus])),
+        *_share_rows(i),
         ("Host", output.text(i.host)),
         ("Image", i.image),
         ("Size", f"{i.cpu:g} CPUs · {i.memory_gb} GB memory · {i.disk_gb} GB disk"),
@@ -138,6 +176,25 @@ def _details(i: InstancePublic) -> Table:
     for label, value in rows:
         grid.add_row(label, value)
     return grid
+
+
+def _share_rows(i: InstancePublic) -> list[tuple[str, str | Text]]:
+    """What a share is held to, the models it accepts, where it waits."""
+    rows: list[tuple[str, str | Text]] = []
+    if i.gpu_share is not None:
+        limit = (
+            f"{i.gpu_memory_limit_mb} MiB of GPU memory"
+            if i.gpu_memory_limit_mb is not None
+            else "its GPU memory limit is set when it is placed"
+        )
+        rows.append(("Share", f"{i.gpu_share} of one GPU · {limit}"))
+    if len(i.gpu_models) > 1:
+        rows.append(("Accepts", ", ".join(i.gpu_models)))
+    if i.queue is not None:
+        q = i.queue
+        where = f"{q.position} of {q.waiting} waiting for these GPUs — {q.reason}"
+        rows.append(("Queue", f"{where}\nestimate: {q.estimate}"))
+    return rows
 
 
 def _events(events: list[InstanceEventPublic], total: int) -> Table:
@@ -179,7 +236,7 @@ def _request(client: ApiClient, ref: str, verb: str, params: Query) -> InstanceP
 
 
 def _report(what: str, i: InstancePublic) -> None:
-    line = Text(f"{what} {i.name} ({i.id}, {output.gpus(i.gpu_model, i.gpu_count)}): ")
+    line = Text(f"{what} {i.name} ({i.id}, {gpus_of(i)}): ")
     line.append_text(output.status_text(i.status))
     if i.status_reason:
         line.append(f" — {i.status_reason}")
