@@ -52,9 +52,15 @@ def place_waiting(ctx: ServiceContext) -> None:
         if not waiting:
             return
         snapshot = capacity_snapshot(session)
+    # Which hosts can run an image on a model does not change within a pass: asked
+    # once per (image, model), not once per waiting instance.
+    runnable: dict[tuple[str, str | None], frozenset[str] | None] = {}
     for instance in waiting:
         request = queue.placement_request(instance)
-        hosts = images.runnable_hosts(ctx, instance.image, instance.gpu_model)
+        key = (instance.image, instance.gpu_model)
+        if key not in runnable:
+            runnable[key] = images.runnable_hosts(ctx, instance.image, instance.gpu_model)
+        hosts = runnable[key]
         if instance.stay_on_host and instance.host_id is not None:  # --stay
             own = frozenset({instance.host_id})
             hosts = own if hosts is None else hosts & own
