@@ -14,7 +14,7 @@ container's bridge address. Both paths serve SFTP with the image's own
 `/usr/lib/openssh/sftp-server` and write to the same filesystem, so the
 difference is the SSH hop alone: asyncssh in the gpudock server plus the way
 into the container (runc's exec, or `docker exec` through dockerd where runc
-cannot be used: gpudock.runtime.docker_exec), versus sshd in the container.
+cannot be used: gpudock.runtime.docker.exec), versus sshd in the container.
 
 Measured, alternating gateway and direct each round so that machine noise hits
 both alike:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
@@ -15,8 +16,10 @@ from gpudock.api.app import create_app
 from gpudock.db.engine import make_engine, migrate
 from gpudock.platform import Platform, open_platform
 from gpudock.runtime.base import Runtime
+from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.settings import Settings
+from tests.support.docker import docker_client, remove_cluster_objects, remove_images_tagged
 from tests.support.factories import Tenant, make_tenant
 from tests.support.platforms import FLEET, POSTGRES_ENV, PlatformFactory, postgres_admin_url  # noqa: F401
 
@@ -79,6 +82,51 @@ def platform_factory(tmp_path: Path) -> Iterator[PlatformFactory]:
     yield make
     for platform in opened:
         platform.close()
+
+
+@pytest.fixture(scope="session")
+def engine() -> docker.DockerClient:
+    """The suite's Docker Engine, with the base image; fails (never skips) without them."""
+    return docker_client()
+
+
+@pytest.fixture
+def docker_platform_factory(
+    platform_factory: PlatformFactory, engine: docker.DockerClient
+) -> Iterator[PlatformFactory]:
+    """Platforms on the real Docker Engine (a `DockerRuntime` unless one is
+    given); every container, volume and network of theirs is removed after,
+    then the images tagged with a prefix in `remove_images_tagged`."""
+    made: list[Platform] = []
+    prefixes: set[str] = set()
+
+    def make(
+        runtime: Runtime | None = None,
+        *,
+        remove_images_tagged: tuple[str, ...] = (),
+        **overrides: Any,
+    ) -> Platform:
+        platform = platform_factory(runtime=runtime or DockerRuntime(), **overrides)
+        made.append(platform)
+        prefixes.update(remove_images_tagged)
+        return platform
+
+    yield make
+    for platform in made:
+        remove_cluster_objects(engine, platform.ctx.cluster_id)
+    remove_images_tagged(engine, tuple(prefixes))
+
+
+@pytest.fixture
+def real(docker_platform_factory: PlatformFactory) -> Platform:
+    """A platform on the real Docker Engine, with the default settings."""
+    return docker_platform_factory()
+
+
+@pytest.fixture
+def api(real: Platform) -> TestClient:
+    """The API of `real` (the reconciler off: tests drain it)."""
+    return TestClient(create_app(real, run_reconciler=False))
 
 
 @pytest.fixture

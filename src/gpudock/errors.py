@@ -1,4 +1,4 @@
-"""The one domain error tree; `api.errors` maps it to HTTP in one place.
+"""The one domain error tree, with the HTTP status of each kind.
 
     GpudockError
      ├── InvalidRequest        bad input the user can fix            → 422
@@ -13,7 +13,9 @@
           └── RuntimeUnavailable   the engine cannot be reached       → 503
 
 Every error carries a stable machine-readable `code` and a message that says
-what was wrong and what to do about it.
+what was wrong and what to do about it. Its `http_status` is the one mapping
+to HTTP: the API answers JSON with it (`api.errors`), the web console renders
+its error pages with it (`web.deps`); a subclass inherits its parent's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 class GpudockError(Exception):
     code = "error"
+    http_status = 500
 
     def __init__(self, message: str, *, field: str | None = None, **details: Any) -> None:
         super().__init__(message)
@@ -33,36 +36,44 @@ class GpudockError(Exception):
 
 class InvalidRequest(GpudockError):
     code = "invalid_request"
+    http_status = 422
 
 
 class Unauthenticated(GpudockError):
     code = "unauthenticated"
+    http_status = 401
 
 
 class Forbidden(GpudockError):
     code = "forbidden"
+    http_status = 403
 
 
 class NotFound(GpudockError):
     code = "not_found"
+    http_status = 404
 
 
 class Conflict(GpudockError):
     code = "conflict"
+    http_status = 409
 
 
 class PaymentRequired(GpudockError):
     code = "payment_required"
+    http_status = 402
 
 
 class PayloadTooLarge(GpudockError):
     code = "payload_too_large"
+    http_status = 413
 
 
 class RateLimited(GpudockError):
     """Too many requests from one token or address; `retry_after_s` says when to retry."""
 
     code = "rate_limited"
+    http_status = 429
 
     def __init__(self, message: str, *, retry_after_s: int, **details: Any) -> None:
         super().__init__(message, **details)
@@ -71,7 +82,9 @@ class RateLimited(GpudockError):
 
 class RuntimeFailure(GpudockError):
     code = "runtime_failure"
+    http_status = 502
 
 
 class RuntimeUnavailable(RuntimeFailure):
     code = "runtime_unavailable"
+    http_status = 503

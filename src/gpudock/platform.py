@@ -72,6 +72,7 @@ def default_runtime(settings: Settings) -> Runtime:
         pool_size=settings.reconcile_workers + 8,
         volume_root=settings.effective_volume_dir,
         host_firewall=settings.host_firewall,
+        copy_timeout_s=settings.volume_copy_timeout_s,
     )
 
 

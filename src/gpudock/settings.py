@@ -71,6 +71,20 @@ class Settings(BaseSettings):
         description="Where size-limited data volumes live on the Docker host "
         "(default: <data_dir>/volumes).",
     )
+    volume_copy_timeout_s: float = Field(
+        default=24 * 3600.0,
+        gt=0,
+        description="A data volume's copy to another host (a move) running longer is "
+        "stopped; the next try resumes it. Raise it for volumes of many TB on slow disks.",
+    )
+
+    # -- GPU shares --------------------------------------------------------
+    share_hook_library: Path | None = Field(
+        default=None,
+        description="HAMi-core's libvgpu.so on the Docker host: copied into every share's "
+        "container and into its /etc/ld.so.preload, so every process there, SSH sessions "
+        "included, is held to CUDA_DEVICE_MEMORY_LIMIT / CUDA_DEVICE_SM_LIMIT.",
+    )
 
     # -- image builds -------------------------------------------------------
     build_cpus: float = Field(

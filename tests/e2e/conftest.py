@@ -7,14 +7,9 @@ from typing import Any
 import docker
 import pytest
 
-from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.docker import remove_cluster_objects
 from tests.support.server_process import ServerProcess
 from tests.support.servers import ServerFactory
-
-
-@pytest.fixture
-def engine() -> docker.DockerClient:
-    return docker_client()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 from gpudock.billing.metering import elapsed_seconds
 from gpudock.billing.money import format_amount
-from gpudock.runtime.docker import parse_docker_time
+from gpudock.runtime.docker.translate import parse_docker_time
 from gpudock.services.instances import container_spec as containers
 from tests.support.docker import docker_client, remove_cluster_objects
 from tests.support.server_process import ServerProcess, wait_for

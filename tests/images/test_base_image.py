@@ -2,6 +2,7 @@
 
 The engine tests need the local Docker Engine and fail (never skip) without it. The first
 run on a fresh engine builds gpudock/base:bookworm (about two minutes); later runs reuse it.
+The builder reaches the engine through `DockerRuntime`, as `gpudock images build-base` does.
 """
 
 from __future__ import annotations
@@ -13,25 +14,17 @@ import tarfile
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import docker
 import docker.errors
 import pytest
-from rich.console import Console
 
-from gpudock.errors import RuntimeFailure, RuntimeUnavailable
-from gpudock.images import base_image
-from gpudock.images.base_image import (
-    BASE_IMAGE,
-    STAGES,
-    BuildResult,
-    ProgressUpdate,
-    build_base_image,
-    parse_debootstrap_output,
-    rich_progress,
-    tar_stream,
-)
+from gpudock.errors import RuntimeFailure
+from gpudock.images.base_image import BASE_IMAGE, BuildResult, build_base_image, import_rootfs
+from gpudock.images.base_image.debootstrap import parse_debootstrap_output
+from gpudock.images.base_image.progress import STAGES, ProgressUpdate
+from gpudock.images.base_image.rootfs import clean_rootfs, tar_stream
+from gpudock.runtime.docker import DockerRuntime
 
 SAMPLE = Path(__file__).with_name("debootstrap_sample.log")
 TEST_TAG = "gpudock/test-base-image:tmp"
@@ -103,14 +96,6 @@ def test_parser_keeps_unknown_lines_in_the_current_stage() -> None:
     assert updates[1].message == "W: Cannot check Release signature"
 
 
-def test_rich_progress_draws_the_sample() -> None:
-    out = io.StringIO()
-    with rich_progress(Console(file=out, width=120, force_terminal=False)) as show:
-        for update in sample_updates():
-            show(update)
-    assert "configure" in out.getvalue()
-
-
 # -- the rootfs and its tar stream ------------------------------------------------------------
 
 
@@ -160,7 +145,7 @@ def test_clean_rootfs_removes_caches_and_host_bits_but_nothing_outside(tmp_path:
     (rootfs / "var/cache/apt/archives/lock").write_text("")
     (rootfs / "usr/sbin").mkdir(parents=True)
     (rootfs / "tmp").symlink_to(outside)  # tmp/* must not reach the host through it
-    base_image._clean_rootfs(rootfs)
+    clean_rootfs(rootfs)
     assert not (rootfs / "etc/hostname").exists()
     assert list((rootfs / "var/lib/apt/lists").iterdir()) == []
     assert [p.name for p in (rootfs / "var/cache/apt/archives").iterdir()] == ["lock"]
@@ -172,16 +157,23 @@ def test_clean_rootfs_removes_caches_and_host_bits_but_nothing_outside(tmp_path:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Any]:
-    client = docker.from_env()  # no engine: the tests fail here, they do not skip
-    yield client
-    client.close()
+def runtime() -> Iterator[DockerRuntime]:
+    runtime = DockerRuntime(host_firewall=False)  # no engine: the tests fail here, never skip
+    yield runtime
+    runtime.close()
 
 
 @pytest.fixture(scope="module")
-def built(engine: Any) -> tuple[BuildResult, list[ProgressUpdate]]:
+def built(runtime: DockerRuntime) -> tuple[BuildResult, list[ProgressUpdate]]:
     updates: list[ProgressUpdate] = []
-    return build_base_image(on_progress=updates.append), updates
+    return build_base_image(runtime, on_progress=updates.append), updates
+
+
+def without_debootstrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PATH on which no debootstrap can be found (nor run)."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
 
 
 CHECKS = r"""
@@ -200,7 +192,7 @@ echo "workdir=$(pwd) lang=$LANG"
 @pytest.mark.docker
 @pytest.mark.timeout(1500)
 def test_base_image_has_the_tools(
-    engine: Any, built: tuple[BuildResult, list[ProgressUpdate]]
+    engine: docker.DockerClient, built: tuple[BuildResult, list[ProgressUpdate]]
 ) -> None:
     result, updates = built
     image = engine.api.inspect_image(BASE_IMAGE)
@@ -228,17 +220,15 @@ def test_base_image_has_the_tools(
 
 @pytest.mark.docker
 def test_second_build_is_cached_without_debootstrap(
+    runtime: DockerRuntime,
     built: tuple[BuildResult, list[ProgressUpdate]],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def no_debootstrap(*args: object) -> None:
-        raise AssertionError("debootstrap ran for a cached image")
-
-    monkeypatch.setattr(base_image, "_run_debootstrap", no_debootstrap)
+    without_debootstrap(tmp_path, monkeypatch)  # looking for it would fail the build
     updates: list[ProgressUpdate] = []
     work = tmp_path / "work"
-    again = build_base_image(workdir=work, on_progress=updates.append)
+    again = build_base_image(runtime, workdir=work, on_progress=updates.append)
     assert again.status == "cached" and again.cached
     assert again.image_id == built[0].image_id
     assert not work.exists() and updates == []
@@ -246,25 +236,26 @@ def test_second_build_is_cached_without_debootstrap(
 
 @pytest.mark.docker
 def test_missing_debootstrap_says_how_to_install_it(
+    runtime: DockerRuntime,
     built: tuple[BuildResult, list[ProgressUpdate]],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    empty = tmp_path / "empty-bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
+    without_debootstrap(tmp_path, monkeypatch)
     with pytest.raises(RuntimeFailure, match="apt-get install debootstrap"):
-        build_base_image(force=True, workdir=tmp_path / "work")
+        build_base_image(runtime, force=True, workdir=tmp_path / "work")
     assert not (tmp_path / "work").exists()
-    assert build_base_image().image_id == built[0].image_id  # the image is untouched
+    assert build_base_image(runtime).image_id == built[0].image_id  # the image is untouched
 
 
 @pytest.mark.docker
-def test_debootstrap_failure_shows_its_output_and_cleans_up(engine: Any, tmp_path: Path) -> None:
+def test_debootstrap_failure_shows_its_output_and_cleans_up(
+    engine: docker.DockerClient, runtime: DockerRuntime, tmp_path: Path
+) -> None:
     work = tmp_path / "work"
     with pytest.raises(RuntimeFailure, match="debootstrap failed") as failure:
         # Nothing listens on 127.0.0.1:9, so debootstrap fails on its first download.
-        build_base_image(tag=TEST_TAG, mirror="http://127.0.0.1:9/debian", workdir=work)
+        build_base_image(runtime, tag=TEST_TAG, mirror="http://127.0.0.1:9/debian", workdir=work)
     assert "127.0.0.1:9" in failure.value.message
     assert 0 < len(failure.value.details["output_tail"]) <= 20
     assert list(work.iterdir()) == []  # the temporary rootfs is gone
@@ -273,17 +264,13 @@ def test_debootstrap_failure_shows_its_output_and_cleans_up(engine: Any, tmp_pat
 
 
 @pytest.mark.docker
-def test_unreachable_engine_is_runtime_unavailable(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeUnavailable, match="Cannot reach the Docker Engine"):
-        build_base_image(docker_host=f"unix://{tmp_path}/no-docker.sock")
-
-
-@pytest.mark.docker
-def test_import_streams_a_rootfs_with_owners_and_config(engine: Any, tmp_path: Path) -> None:
+def test_import_streams_a_rootfs_with_owners_and_config(
+    engine: docker.DockerClient, runtime: DockerRuntime, tmp_path: Path
+) -> None:
     make_tree(tmp_path / "rootfs")
     updates: list[ProgressUpdate] = []
     try:
-        image_id = base_image._import_rootfs(engine, tmp_path / "rootfs", TEST_TAG, updates.append)
+        image_id = import_rootfs(runtime, tmp_path / "rootfs", TEST_TAG, updates.append)
         image = engine.api.inspect_image(TEST_TAG)
         assert image["Id"] == image_id
         assert image["Config"]["WorkingDir"] == "/root"
@@ -299,7 +286,7 @@ def test_import_streams_a_rootfs_with_owners_and_config(engine: Any, tmp_path: P
     assert layer["bin"].linkname == "usr/bin"
 
 
-def saved_layer(engine: Any, tag: str) -> dict[str, tarfile.TarInfo]:
+def saved_layer(engine: docker.DockerClient, tag: str) -> dict[str, tarfile.TarInfo]:
     """The members of the single layer of `docker save <tag>`."""
     saved = b"".join(engine.api.get_image(tag))
     with tarfile.open(fileobj=io.BytesIO(saved)) as outer:

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,8 @@ import docker
 import pytest
 from fastapi.testclient import TestClient
 
-from gpudock.api.app import create_app
 from gpudock.platform import Platform
-from gpudock.runtime.docker import DockerRuntime
 from gpudock.services.instances import container_spec as containers
-from tests.support.docker import docker_client, remove_cluster_objects
 from tests.support.factories import Tenant, make_tenant
 from tests.support.platforms import PlatformFactory
 
@@ -27,25 +23,9 @@ API = "/api/v1"
 BASE = "gpudock/base:bookworm"
 
 
-@pytest.fixture(scope="module")
-def engine() -> docker.DockerClient:
-    return docker_client()
-
-
 @pytest.fixture
-def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
-    platform = platform_factory(runtime=DockerRuntime())
-    yield platform
-    remove_cluster_objects(engine, platform.ctx.cluster_id)
-    for image in engine.images.list():
-        for tag in image.tags:
-            if tag.startswith(("gpudock/dora/", "gpudock-sys/validated/")):
-                engine.images.remove(tag, force=True)
-
-
-@pytest.fixture
-def api(real: Platform) -> TestClient:
-    return TestClient(create_app(real, run_reconciler=False))
+def real(docker_platform_factory: PlatformFactory) -> Platform:
+    return docker_platform_factory(remove_images_tagged=("gpudock/dora/", "gpudock-sys/validated/"))
 
 
 @pytest.fixture

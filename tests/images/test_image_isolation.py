@@ -21,11 +21,9 @@ import docker
 import pytest
 from fastapi.testclient import TestClient
 
-from gpudock.api.app import create_app
 from gpudock.platform import Platform
 from gpudock.runtime.base import LABEL_CLUSTER, LABEL_OWNER
-from gpudock.runtime.docker import DockerRuntime
-from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.docker import docker_client
 from tests.support.factories import Tenant, make_tenant
 from tests.support.platforms import PlatformFactory
 
@@ -37,25 +35,9 @@ SECRET = "amy-secret-4711"
 NAMESPACES = ("gpudock/amy/", "gpudock/ben/", "gpudock/stc_x/", "gpudock/stc-x/", "gpudock-sys/")
 
 
-@pytest.fixture(scope="module")
-def engine() -> docker.DockerClient:
-    return docker_client()
-
-
 @pytest.fixture
-def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
-    platform = platform_factory(runtime=DockerRuntime())
-    yield platform
-    remove_cluster_objects(engine, platform.ctx.cluster_id)
-    for image in engine.images.list():
-        if any(tag.startswith(NAMESPACES) for tag in image.tags):
-            for tag in image.tags:
-                engine.images.remove(tag, force=True)
-
-
-@pytest.fixture
-def api(real: Platform) -> TestClient:
-    return TestClient(create_app(real, run_reconciler=False))
+def real(docker_platform_factory: PlatformFactory) -> Platform:
+    return docker_platform_factory(remove_images_tagged=NAMESPACES)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-from collections.abc import Iterator
 from typing import Any
 
 import docker
@@ -21,8 +20,7 @@ from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
 from gpudock.platform import Platform
-from gpudock.runtime.docker import ALLOWED_CAPABILITIES, DockerRuntime
-from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.docker import allowed_capability_mask
 from tests.support.factories import Tenant, make_tenant
 from tests.support.platforms import PlatformFactory
 
@@ -30,36 +28,13 @@ pytestmark = pytest.mark.docker
 
 API = "/api/v1"
 BASE = "gpudock/base:bookworm"
-CAPABILITY_BITS = {
-    "CHOWN": 0,
-    "DAC_OVERRIDE": 1,
-    "FOWNER": 3,
-    "FSETID": 4,
-    "KILL": 5,
-    "SETGID": 6,
-    "SETUID": 7,
-    "NET_BIND_SERVICE": 10,
-}
-
-
-@pytest.fixture(scope="module")
-def engine() -> docker.DockerClient:
-    return docker_client()
 
 
 @pytest.fixture
-def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
-    platform = platform_factory(runtime=DockerRuntime(), build_memory_gb=1, pids_limit=128)
-    yield platform
-    remove_cluster_objects(engine, platform.ctx.cluster_id)
-    for image in engine.images.list():
-        if any(tag.startswith("gpudock/bea/") for tag in image.tags):
-            engine.images.remove(image.id, force=True)
-
-
-@pytest.fixture
-def api(real: Platform) -> TestClient:
-    return TestClient(create_app(real, run_reconciler=False))
+def real(docker_platform_factory: PlatformFactory) -> Platform:
+    return docker_platform_factory(
+        build_memory_gb=1, pids_limit=128, remove_images_tagged=("gpudock/bea/",)
+    )
 
 
 @pytest.fixture
@@ -101,7 +76,7 @@ def test_run_steps_get_the_instance_sandbox(api: TestClient, bea: Tenant) -> Non
     found = build(api, bea, "sandbox:v1", {"Dockerfile": dockerfile.encode()})
     assert "image" in found[-1], found
     status = dict(line.split(":", 1) for line in logged(found, "status "))
-    allowed = sum(1 << CAPABILITY_BITS[name] for name in ALLOWED_CAPABILITIES)
+    allowed = allowed_capability_mask()
     for field in ("CapEff", "CapPrm", "CapBnd"):
         assert int(status[field].strip(), 16) == allowed, (field, status)
     assert status["NoNewPrivs"].strip() == "1"
@@ -118,20 +93,17 @@ def test_a_step_over_its_memory_limit_fails_the_build(api: TestClient, bea: Tena
 
 
 def test_a_build_past_its_time_limit_is_stopped(
-    platform_factory: PlatformFactory, engine: docker.DockerClient
+    docker_platform_factory: PlatformFactory, engine: docker.DockerClient
 ) -> None:
-    quick = platform_factory(runtime=DockerRuntime(), build_timeout_s=3)
-    try:
-        tenant = make_tenant(quick, "bea")
-        api = TestClient(create_app(quick, run_reconciler=False))
-        dockerfile = f"FROM {BASE}\nRUN sleep 600\n"
-        found = build(api, tenant, "slow:v1", {"Dockerfile": dockerfile.encode()})
-        assert "error" in found[-1], found
-        assert "time limit (3 s)" in found[-1]["error"]
-        left = engine.containers.list(all=True, filters={"label": "gpudock.build"})
-        assert [c for c in left if c.labels.get("gpudock.cluster") == quick.ctx.cluster_id] == []
-    finally:
-        remove_cluster_objects(engine, quick.ctx.cluster_id)
+    quick = docker_platform_factory(build_timeout_s=3)
+    tenant = make_tenant(quick, "bea")
+    api = TestClient(create_app(quick, run_reconciler=False))
+    dockerfile = f"FROM {BASE}\nRUN sleep 600\n"
+    found = build(api, tenant, "slow:v1", {"Dockerfile": dockerfile.encode()})
+    assert "error" in found[-1], found
+    assert "time limit (3 s)" in found[-1]["error"]
+    left = engine.containers.list(all=True, filters={"label": "gpudock.build"})
+    assert [c for c in left if c.labels.get("gpudock.cluster") == quick.ctx.cluster_id] == []
 
 
 def test_dockerfile_forms_build_what_docker_builds(

@@ -3,36 +3,21 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import docker
-import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.api.app import create_app
 from gpudock.platform import Platform
 from gpudock.runtime.base import ContainerStats
-from gpudock.runtime.docker import DockerRuntime, _stats_of
+from gpudock.runtime.docker import DockerRuntime
+from gpudock.runtime.docker.translate import stats_of
 from gpudock.services.instances import container_spec as containers
-from tests.support.docker import docker_client, remove_cluster_objects
 from tests.support.factories import make_tenant
-from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 BURN = ["sh", "-c", "while :; do :; done"]
 DEADLINE_S = 15.0
-
-
-@pytest.fixture
-def engine() -> docker.DockerClient:
-    return docker_client()
-
-
-@pytest.fixture
-def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
-    platform = platform_factory(runtime=DockerRuntime())
-    yield platform
-    remove_cluster_objects(engine, platform.ctx.cluster_id)
 
 
 def running_container(real: Platform) -> str:
@@ -91,8 +76,8 @@ def test_memory_excludes_inactive_page_cache_on_cgroup_v1_and_v2() -> None:
     v2 = {"usage": 1000, "stats": {"inactive_file": 400}}
     host = {"NanoCpus": 0, "CpuQuota": 150000, "CpuPeriod": 100000, "Memory": 0}
     for memory, used in ((v1, 700), (v2, 600), ({"usage": 50, "stats": {}}, 50)):
-        stats = _stats_of(host, {"read": read, "memory_stats": memory})
+        stats = stats_of(host, {"read": read, "memory_stats": memory})
         assert stats is not None and stats.memory_bytes == used
         assert stats.cpu_limit == 1.5 and stats.memory_limit_bytes is None
     # What the engine answers for a container that stopped between inspect and stats
-    assert _stats_of(host, {"read": "0001-01-01T00:00:00Z", "memory_stats": {}}) is None
+    assert stats_of(host, {"read": "0001-01-01T00:00:00Z", "memory_stats": {}}) is None

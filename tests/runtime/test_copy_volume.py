@@ -1,24 +1,24 @@
-"""`DockerRuntime.copy_volume` against the real engine (issue 6: data moves)."""
+"""`DockerRuntime.copy_volume` against the real engine (data moves), and its
+wait for the copy helper against a stand-in for docker-py that never ends."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from typing import Any
 
 import docker
 import pytest
+import requests.exceptions
+import urllib3.exceptions
 
 from gpudock.errors import RuntimeFailure
+from gpudock.runtime.base import RuntimeTimeout
 from gpudock.runtime.docker import DockerRuntime
-from tests.support.docker import docker_client
+from gpudock.runtime.docker.volumes import COPY_POLL_S, wait_for_copy
 
 IMAGE = "gpudock/base:bookworm"
 LABELS = {"gpudock.test": "copy-volume"}
-
-
-@pytest.fixture
-def engine() -> docker.DockerClient:
-    return docker_client()
 
 
 @pytest.fixture
@@ -86,3 +86,48 @@ def test_a_helper_image_the_engine_lacks_is_a_runtime_failure(
             source, target, image="gpudock/no-such-image:1", helper_name=f"{target}-helper",
             labels=LABELS,
         )  # fmt: skip
+
+
+class EndlessCopy:
+    """docker-py's `APIClient` for a copy helper that never exits: each `wait`
+    times out as docker-py reports it over a Unix socket, and the helper's log
+    shows a copy stuck at 40 of 100 bytes. Its clock moves only by those waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.waits = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def wait(self, container: str, timeout: float) -> dict[str, Any]:
+        self.waits += 1
+        self.now += timeout
+        timed_out = urllib3.exceptions.ReadTimeoutError(None, "/wait", "Read timed out.")
+        raise requests.exceptions.ConnectionError(timed_out)
+
+    def logs(self, container: str, stdout: bool, stderr: bool) -> bytes:
+        return b"total 100\ndone 40\n"
+
+
+def test_a_copy_that_never_ends_stops_at_its_limit_naming_the_helper() -> None:
+    api, seen = EndlessCopy(), []
+    with pytest.raises(RuntimeTimeout) as raised:
+        wait_for_copy(
+            api, "c0ffee", name="gpudock-x-move", limit_s=30, clock=api.clock,
+            on_progress=lambda done, total: seen.append((done, total)),
+        )  # fmt: skip
+    message = raised.value.message
+    assert "gpudock-x-move" in message and "ran 30 s" in message and "limit of 30 s" in message
+    assert api.waits == 30 / COPY_POLL_S
+    assert seen and set(seen) == {(40, 100)}
+
+
+def test_an_engine_lost_during_a_copy_is_not_taken_for_a_copy_still_running() -> None:
+    class Gone(EndlessCopy):
+        def wait(self, container: str, timeout: float) -> dict[str, Any]:
+            raise requests.exceptions.ConnectionError("connection refused")
+
+    api = Gone()
+    with pytest.raises(requests.exceptions.ConnectionError, match="refused"):
+        wait_for_copy(api, "c0ffee", name="gpudock-x-move", limit_s=30, clock=api.clock)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpudock.runtime.base import STDERR, STDOUT
-from gpudock.runtime.docker_exec import DockerFrames
+from gpudock.runtime.docker.exec import DockerFrames
 
 frames = st.lists(st.tuples(st.sampled_from([1, 2]), st.binary(max_size=300)), max_size=20)
 

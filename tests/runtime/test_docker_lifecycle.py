@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,32 +9,13 @@ import docker
 import pytest
 from fastapi.testclient import TestClient
 
-from gpudock.api.app import create_app
 from gpudock.platform import Platform
-from gpudock.runtime.docker import ALLOWED_CAPABILITIES, DockerRuntime
+from gpudock.runtime.docker import ALLOWED_CAPABILITIES
 from gpudock.services.instances import container_spec as containers
-from tests.support.docker import assert_converged, docker_client, remove_cluster_objects
+from tests.support.docker import assert_converged, remove_cluster_objects
 from tests.support.factories import Tenant, make_tenant
-from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
-
-
-@pytest.fixture
-def engine() -> docker.DockerClient:
-    return docker_client()
-
-
-@pytest.fixture
-def real(platform_factory: PlatformFactory, engine: docker.DockerClient) -> Iterator[Platform]:
-    platform = platform_factory(runtime=DockerRuntime())
-    yield platform
-    remove_cluster_objects(engine, platform.ctx.cluster_id)
-
-
-@pytest.fixture
-def api(real: Platform) -> TestClient:
-    return TestClient(create_app(real, run_reconciler=False))
 
 
 @pytest.fixture

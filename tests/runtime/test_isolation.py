@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,44 +22,20 @@ from gpudock.api.app import create_app
 from gpudock.platform import Platform
 from gpudock.reconcile import system_disks
 from gpudock.reconcile.garbage import collect_garbage
-from gpudock.runtime.docker import ALLOWED_CAPABILITIES, DockerRuntime
+from gpudock.runtime.docker import DockerRuntime
 from gpudock.services.instances import container_spec as containers
-from tests.support.docker import docker_client, remove_cluster_objects
+from tests.support.docker import allowed_capability_mask, remove_cluster_objects
 from tests.support.factories import Tenant, make_tenant
 from tests.support.platforms import PlatformFactory
 
 API = "/api/v1"
 PIDS_LIMIT = 64  # the smallest the settings allow: a fork bomb fills it in milliseconds
-CAPABILITY_BITS = {
-    "CHOWN": 0,
-    "DAC_OVERRIDE": 1,
-    "FOWNER": 3,
-    "FSETID": 4,
-    "KILL": 5,
-    "SETGID": 6,
-    "SETUID": 7,
-    "NET_BIND_SERVICE": 10,
-}
 
 
 @pytest.fixture
-def engine() -> docker.DockerClient:
-    return docker_client()
-
-
-@pytest.fixture
-def real(
-    platform_factory: PlatformFactory, engine: docker.DockerClient, tmp_path: Path
-) -> Iterator[Platform]:
+def real(docker_platform_factory: PlatformFactory, tmp_path: Path) -> Platform:
     runtime = DockerRuntime(volume_root=tmp_path / "volumes")
-    platform = platform_factory(runtime=runtime, pids_limit=PIDS_LIMIT)
-    yield platform
-    remove_cluster_objects(engine, platform.ctx.cluster_id)
-
-
-@pytest.fixture
-def api(real: Platform) -> TestClient:
-    return TestClient(create_app(real, run_reconciler=False))
+    return docker_platform_factory(runtime, pids_limit=PIDS_LIMIT)
 
 
 @pytest.fixture
@@ -107,8 +82,7 @@ def test_capabilities_are_the_allow_list_and_no_new_privileges(
         for line in sh(container, "cat /proc/self/status")[1].splitlines()
         if ":\t" in line
     )
-    allowed = sum(1 << CAPABILITY_BITS[name] for name in ALLOWED_CAPABILITIES)
-    assert set(CAPABILITY_BITS) == set(ALLOWED_CAPABILITIES)
+    allowed = allowed_capability_mask()
     for field in ("CapEff", "CapPrm", "CapBnd"):
         assert int(status[field], 16) == allowed, (field, status[field])
     assert int(status["CapInh"], 16) == 0 and int(status["CapAmb"], 16) == 0
@@ -462,33 +436,30 @@ def test_filling_the_data_disk_stops_at_the_quota(
 
 
 def test_the_watchdog_stops_an_instance_over_its_system_disk(
-    platform_factory: PlatformFactory, engine: docker.DockerClient, tmp_path: Path
+    docker_platform_factory: PlatformFactory, engine: docker.DockerClient, tmp_path: Path
 ) -> None:
     """Where the engine has no limit: measured, then stopped — container and data kept."""
     runtime = DockerRuntime(volume_root=tmp_path / "volumes")
-    watched = platform_factory(runtime=runtime, system_disk_enforce="watchdog")
-    try:
-        api = TestClient(create_app(watched, run_reconciler=False))
-        erin = make_tenant(watched, "erin")
-        container = launch(watched, api, engine, erin, name="big", system_disk_gb=1)
-        assert sh(container, "echo keep > /root/data/marker")[0] == 0
-        code, output = sh(container, "dd if=/dev/zero of=/var/tmp/fill bs=4M count=300 2>&1")
-        assert code == 0, output  # 1.2 GB: nothing stops the write itself here
-        stopped = system_disks.check_system_disks(watched.ctx, system_disks.DiskWatch())
-        assert stopped == [container.labels["gpudock.instance"]]
-        watched.reconciler.drain()
-        shown = api.get(f"{API}/instances/big", headers=erin.headers).json()
-        assert shown["status"] == "stopped", shown
-        events = api.get(f"{API}/instances/big/events", headers=erin.headers).json()
-        assert any("over its 1.0 GB" in e["message"] for e in events), events
-        container.reload()
-        assert container.status == "exited"  # kept, not removed
-        api.post(f"{API}/instances/big/start", headers=erin.headers)
-        watched.reconciler.drain()
-        again = engine.containers.get(container.id)
-        assert sh(again, "cat /root/data/marker") == (0, "keep")
-    finally:
-        remove_cluster_objects(engine, watched.ctx.cluster_id)
+    watched = docker_platform_factory(runtime, system_disk_enforce="watchdog")
+    api = TestClient(create_app(watched, run_reconciler=False))
+    erin = make_tenant(watched, "erin")
+    container = launch(watched, api, engine, erin, name="big", system_disk_gb=1)
+    assert sh(container, "echo keep > /root/data/marker")[0] == 0
+    code, output = sh(container, "dd if=/dev/zero of=/var/tmp/fill bs=4M count=300 2>&1")
+    assert code == 0, output  # 1.2 GB: nothing stops the write itself here
+    stopped = system_disks.check_system_disks(watched.ctx, system_disks.DiskWatch())
+    assert stopped == [container.labels["gpudock.instance"]]
+    watched.reconciler.drain()
+    shown = api.get(f"{API}/instances/big", headers=erin.headers).json()
+    assert shown["status"] == "stopped", shown
+    events = api.get(f"{API}/instances/big/events", headers=erin.headers).json()
+    assert any("over its 1.0 GB" in e["message"] for e in events), events
+    container.reload()
+    assert container.status == "exited"  # kept, not removed
+    api.post(f"{API}/instances/big/start", headers=erin.headers)
+    watched.reconciler.drain()
+    again = engine.containers.get(container.id)
+    assert sh(again, "cat /root/data/marker") == (0, "keep")
 
 
 def test_a_quota_volume_survives_stop_start_and_a_lost_mount(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudock.runtime.docker_exec import ExecStreams, RuncExec
+from gpudock.runtime.docker.exec import ExecStreams, RuncExec
 from tests.support.sshgw import DEADLINE_S, World
 
 pytestmark = pytest.mark.docker

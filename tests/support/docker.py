@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import socket
+import tempfile
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +20,80 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpudock.db.models import GpuAllocationModel, InstanceModel, InstanceStatus
 from gpudock.images.base_image import BASE_IMAGE
 from gpudock.runtime.base import LABEL_CLUSTER, LABEL_OWNER
-from gpudock.runtime.loopvol import LoopVolumes
+from gpudock.runtime.docker import ALLOWED_CAPABILITIES
+from gpudock.runtime.docker.volumes import LoopVolumes
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import container_spec as containers
+
+# Linux's bit for each capability an instance keeps (linux/capability.h).
+CAPABILITY_BITS = {
+    "CHOWN": 0,
+    "DAC_OVERRIDE": 1,
+    "FOWNER": 3,
+    "FSETID": 4,
+    "KILL": 5,
+    "SETGID": 6,
+    "SETUID": 7,
+    "NET_BIND_SERVICE": 10,
+}
+
+
+def allowed_capability_mask() -> int:
+    """The capability set (as /proc/<pid>/status shows it) of an instance's processes."""
+    assert set(CAPABILITY_BITS) == set(ALLOWED_CAPABILITIES)
+    return sum(1 << CAPABILITY_BITS[name] for name in ALLOWED_CAPABILITIES)
+
+
+ENGINE_SOCKET = "/var/run/docker.sock"
+
+
+class EngineRelay:
+    """A Unix socket of its own relaying to the suite's engine, until `cut()`:
+    then the engine is gone for whoever connected through it."""
+
+    def __init__(self) -> None:
+        self._directory = tempfile.mkdtemp(prefix="gdr-", dir="/tmp")  # socket paths are short
+        self.url = f"unix://{self._directory}/engine.sock"
+        self._listener = socket.socket(socket.AF_UNIX)
+        self._listener.bind(f"{self._directory}/engine.sock")
+        self._listener.listen()
+        self._open: list[socket.socket] = [self._listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        for sock in self._open:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self._listener.accept()
+                engine = socket.socket(socket.AF_UNIX)
+                engine.connect(ENGINE_SOCKET)
+                self._open += [client, engine]
+                for source, target in ((client, engine), (engine, client)):
+                    threading.Thread(target=_relay, args=(source, target), daemon=True).start()
+
+
+def _relay(source: socket.socket, target: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(1 << 16):
+            target.sendall(data)
+    with contextlib.suppress(OSError):
+        target.shutdown(socket.SHUT_WR)
+
+
+@contextlib.contextmanager
+def engine_relay() -> Iterator[EngineRelay]:
+    relay = EngineRelay()
+    try:
+        yield relay
+    finally:
+        relay.cut()
+
 
 TRANSITIONAL = {
     InstanceStatus.PENDING,
@@ -52,6 +129,16 @@ def remove_cluster_objects(client: docker.DockerClient, cluster_id: str) -> None
             LoopVolumes(Path(device).parent.parent).remove(volume.name)
     for network in client.networks.list(filters={"label": label}):
         network.remove()
+
+
+def remove_images_tagged(client: docker.DockerClient, prefixes: tuple[str, ...]) -> None:
+    """Remove every tag starting with one of `prefixes` (an image goes with its last tag)."""
+    if not prefixes:
+        return
+    for image in client.images.list():
+        for tag in image.tags:
+            if tag.startswith(prefixes):
+                client.images.remove(tag, force=True)
 
 
 def cluster_objects(client: docker.DockerClient, cluster_id: str) -> tuple[list[Any], list[Any]]:

@@ -85,6 +85,7 @@ def test_create_stop_start_restart_delete(console: Platform) -> None:
     assert "2 × A100-80GB" in page and "sim0-a100-80gb" in page and "docker exec" not in page
     dashboard = alice.client.get("/").text
     assert 'id="running-count">1<' in dashboard and "train" in dashboard
+    assert "<strong>A100-80GB</strong></td><td>80 GiB</td>" in dashboard  # binary, named so
     for verb, settled in (("stop", "stopped"), ("start", "running"), ("restart", "running")):
         response = alice.post(f"/instances/{instance_id}/{verb}")
         assert response.status_code == 303, response.text

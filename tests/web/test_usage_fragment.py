@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,8 +13,8 @@ from gpudock.db.models import GpuAllocationModel
 from gpudock.platform import Platform
 from gpudock.runtime.base import ContainerStats
 from gpudock.runtime.fake import FakeRuntime, FakeUsage
-from gpudock.services import web_queries
 from gpudock.services.instances import container_spec as containers
+from gpudock.services.instances.usage import CpuMeter
 from tests.support.web import Browser, log_in
 
 MiB = 2**20
@@ -71,7 +70,7 @@ def test_running_instance_shows_cpu_from_two_readings_memory_and_pids(console: P
     runtime.set_usage(name, FakeUsage(cpu_total_ns=10**9, memory_bytes=512 * MiB, pids=7))
     first = alice.client.get(f"/instances/{instance_id}/usage").text
     assert "data-usage" in first and "measuring…" in first and "data-cpu-percent" not in first
-    assert f"512.0 MB / {limit_mb / 1024:.1f} GB" in first
+    assert f"512.0 MiB / {limit_mb / 1024:.1f} GiB" in first
     assert f'max="{limit_mb * MiB}" value="{512 * MiB}"' in first
     assert '<dd id="usage-pids">7</dd>' in first
     assert f'<code class="small">{allocated_gpu(console, instance_id)}</code>' in first
@@ -82,7 +81,7 @@ def test_running_instance_shows_cpu_from_two_readings_memory_and_pids(console: P
     runtime.set_usage(name, FakeUsage(cpu_total_ns=4 * 10**9, memory_bytes=600 * MiB, pids=9))
     second = alice.client.get(f"/instances/{instance_id}/usage").text
     assert "<span data-cpu-percent>150 %</span>" in second and "measuring…" not in second
-    assert '<dd id="usage-pids">9</dd>' in second and "600.0 MB / " in second
+    assert '<dd id="usage-pids">9</dd>' in second and "600.0 MiB / " in second
 
     alice.client.cookies.set("gpudock_lang", "zh-CN")
     chinese = alice.client.get(f"/instances/{instance_id}/usage").text
@@ -100,17 +99,15 @@ def test_stopped_instance_has_no_usage_block(console: Platform) -> None:
     assert "data-usage" not in response.text and 'id="instance-usage"' in response.text
 
 
-def test_previous_readings_are_bounded_and_restarts_start_over(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(web_queries, "MAX_READINGS", 2)
-    monkeypatch.setattr(web_queries, "_readings", OrderedDict())
+def test_previous_readings_are_bounded_and_restarts_start_over() -> None:
+    meter = CpuMeter(max_containers=2)
     at = datetime(2026, 1, 1, tzinfo=UTC)
     for n in range(3):
-        reading = ContainerStats(n, None, 0, None, 1, at)
-        assert web_queries._cpu_percent(("c", f"id{n}"), reading) is None
-    assert list(web_queries._readings) == [("c", "id1"), ("c", "id2")]
-    later = ContainerStats(5 * 10**8, None, 0, None, 1, at + timedelta(seconds=1))
-    assert web_queries._cpu_percent(("c", "id1"), later) == pytest.approx(50.0)
+        assert meter.cpu_percent(f"id{n}", ContainerStats(n, None, 0, None, 1, at)) is None
+    second = at + timedelta(seconds=1)
+    # id0 was the oldest of three: dropped, so its next reading is a first one again
+    assert meter.cpu_percent("id0", ContainerStats(0, None, 0, None, 1, second)) is None
+    half_a_core = ContainerStats(2 + 5 * 10**8, None, 0, None, 1, second)
+    assert meter.cpu_percent("id2", half_a_core) == pytest.approx(50.0)
     restarted = ContainerStats(10**6, None, 0, None, 1, at + timedelta(seconds=2))
-    assert web_queries._cpu_percent(("c", "id1"), restarted) is None  # counters went back
+    assert meter.cpu_percent("id2", restarted) is None  # counters went back

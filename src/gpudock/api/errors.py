@@ -1,4 +1,6 @@
-"""The one place domain errors become HTTP responses."""
+"""The API's answers to errors: domain errors as JSON with the status the error
+tree gives them (`gpudock.errors`), and the framework's own errors in the same
+body."""
 
 from __future__ import annotations
 
@@ -12,40 +14,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from gpudock.api.schemas import ErrorPublic
-from gpudock.errors import (
-    Conflict,
-    Forbidden,
-    GpudockError,
-    InvalidRequest,
-    NotFound,
-    PayloadTooLarge,
-    PaymentRequired,
-    RateLimited,
-    RuntimeFailure,
-    RuntimeUnavailable,
-    Unauthenticated,
-)
+from gpudock.errors import GpudockError, RateLimited
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-STATUS_BY_ERROR: list[tuple[type[GpudockError], int]] = [
-    (InvalidRequest, 422),
-    (Unauthenticated, 401),
-    (Forbidden, 403),
-    (NotFound, 404),
-    (Conflict, 409),
-    (PaymentRequired, 402),
-    (PayloadTooLarge, 413),
-    (RateLimited, 429),
-    (RuntimeUnavailable, 503),
-    (RuntimeFailure, 502),
-]
-
-
-def status_for(exc: GpudockError) -> int:
-    for error_type, status in STATUS_BY_ERROR:
-        if isinstance(exc, error_type):
-            return status
-    return 500
 
 
 def _body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
@@ -53,12 +24,12 @@ def _body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
 
 
 def error_response(exc: GpudockError) -> JSONResponse:
-    """The response for a domain error (also used by middleware, outside the handlers)."""
-    status = status_for(exc)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    """The response for a domain error (also used by middleware, outside the handlers),
+    with the status the error tree gives it (`GpudockError.http_status`)."""
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else {}
     if isinstance(exc, RateLimited):
         headers["Retry-After"] = str(exc.retry_after_s)
-    return JSONResponse(_body(exc.code, exc.message, exc.field), status, headers=headers)
+    return JSONResponse(_body(exc.code, exc.message, exc.field), exc.http_status, headers=headers)
 
 
 async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:

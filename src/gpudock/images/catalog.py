@@ -34,10 +34,6 @@ class ImageSpec:
     owner_id: str | None = None
     id: str | None = None  # None for built-in entries
 
-    @property
-    def builtin(self) -> bool:
-        return self.id is None
-
     def verdict(self, driver: str | None, cc: str | None) -> compat.Verdict:
         """Can this image run on a GPU of capability `cc` with driver `driver`?
         Metadata that does not parse (rows stored before it was validated) makes

@@ -52,10 +52,6 @@ def version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
-def cc_text(cc: str | tuple[int, ...]) -> str:
-    return cc if isinstance(cc, str) else ".".join(map(str, cc))
-
-
 def sm(cc: str) -> str:
     """'12.0' → 'sm_120'."""
     major, minor = version(cc)[:2]
@@ -221,8 +217,9 @@ def _check_driver(verdict: Verdict, cuda: str, driver: str, cc: str | None, stri
         verdict.not_checked(f"CUDA {cuda}'s minimum driver is not in gpudock's data")
         return
     if not toolkit_listed(cuda):
+        major_minor = ".".join(map(str, version(cuda)[:2]))
         verdict.not_checked(
-            f"CUDA {cuda} is newer than gpudock's data for CUDA {cc_text(version(cuda)[:2])}: "
+            f"CUDA {cuda} is newer than gpudock's data for CUDA {major_minor}: "
             f"the driver was checked only against the newest update it lists (>= {needed})"
         )
     if version(driver) >= version(needed):

@@ -1,6 +1,7 @@
 """Garbage: this installation's containers, volumes and networks that no live
 instance owns (also at start-up), data volumes left on a host an instance
-moved away from, stopped data-move helpers, and build containers a crash left.
+moved away from, stopped data-move helpers, and build and check containers a
+crash left.
 """
 
 from __future__ import annotations
@@ -18,20 +19,20 @@ from gpudock.db.models import (
     InstanceStatus,
 )
 from gpudock.errors import GpudockError
-from gpudock.runtime.base import LABEL_BUILD, LABEL_OWNER, ContainerState
+from gpudock.runtime.base import LABEL_BUILD, LABEL_CHECK, LABEL_OWNER, ContainerState
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import moves as migration
 from gpudock.services.instances import container_spec as containers
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
-BUILD_GRACE_S = 60.0  # past a build's time limit, before its containers count as leftovers
+GRACE_S = 60.0  # past a build's or check's time limit, before its containers count as leftovers
 
 
 def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
     """Remove this cluster's containers and volumes whose instance is deleted
-    or unknown (and, at start-up, every build's: no build survives a restart).
-    Returns how many objects were removed."""
+    or unknown (and, at start-up, every build's and check's: none survives a
+    restart). Returns how many objects were removed."""
     labels = containers.cluster_labels(ctx.cluster_id)
     try:
         found_containers = ctx.runtime.list_containers(labels)
@@ -47,8 +48,8 @@ def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
         kept_volumes = _volumes_in_use(ctx, session, live_rows)
     removed = 0
     for container in found_containers:
-        if LABEL_BUILD in container.labels:
-            removed += _collect_build_container(ctx, container, at_startup)
+        if LABEL_BUILD in container.labels or LABEL_CHECK in container.labels:
+            removed += _collect_throwaway(ctx, container, at_startup)
             continue
         owner = container.labels.get("gpudock.instance")
         if (
@@ -78,18 +79,26 @@ def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
     return removed
 
 
-def _collect_build_container(
-    ctx: ServiceContext, container: ContainerState, at_startup: bool
-) -> int:
-    """A build step's container: its build removes it; one older than any build
-    may run was left by a crash."""
-    limit = timedelta(seconds=ctx.settings.build_timeout_s + BUILD_GRACE_S)
+def _collect_throwaway(ctx: ServiceContext, container: ContainerState, at_startup: bool) -> int:
+    """A build step's or a check's container: what made it removes it; one
+    older than its time limit was left by a crash."""
+    limit = timedelta(seconds=_time_limit_s(ctx, container) + GRACE_S)
     young = container.created_at is None or ctx.clock() - container.created_at < limit
     if young and not at_startup:
         return 0
-    log.info("removing leftover build container %s", container.name)
+    log.info("removing leftover container %s", container.name)
     ctx.runtime.remove_container(container.id, keep_network=True)
     return 1
+
+
+def _time_limit_s(ctx: ServiceContext, container: ContainerState) -> float:
+    """A check's limit is on its label; a build's is the setting's."""
+    if LABEL_CHECK in container.labels:
+        try:
+            return float(container.labels[LABEL_CHECK])
+        except ValueError:
+            pass  # not written by `run_once`: judged by the builds' limit
+    return ctx.settings.build_timeout_s
 
 
 def _volumes_in_use(

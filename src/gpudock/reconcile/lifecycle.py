@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
     DesiredState,
     GpuAllocationModel,
     GpuModel,
+    GpuShareModel,
     GpuState,
     HostModel,
     InstanceModel,
@@ -120,6 +121,7 @@ def _mark_starting(ctx: ServiceContext, instance_id: str, token: str) -> None:
 
 def _release_placement(session: Session, instance: InstanceModel) -> None:
     session.execute(delete(GpuAllocationModel).where(GpuAllocationModel.instance_id == instance.id))
+    session.execute(delete(GpuShareModel).where(GpuShareModel.instance_id == instance.id))
     instance.placed = False
 
 
@@ -129,16 +131,16 @@ class _RunPlan:
     instance: InstanceModel
     host: HostModel
     gpus: list[str]
+    gpu_memory_mb: int  # of its GPUs (a share's limits are parts of it)
 
 
 def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> _RunPlan | None:
     host = session.get(HostModel, instance.host_id)
     if host is None:
         raise RuntimeFailure(f"instance {instance.id} is placed on a host that does not exist")
+    held = allocated_gpu_ids(session, instance.id)
     unfit = session.scalars(
-        select(GpuModel)
-        .join(GpuAllocationModel)
-        .where(GpuAllocationModel.instance_id == instance.id, GpuModel.state != GpuState.HEALTHY)
+        select(GpuModel).where(GpuModel.id.in_(held), GpuModel.state != GpuState.HEALTHY)
     ).first()
     if unfit is not None:  # never start on a GPU that is not healthy
         _release_placement(session, instance)
@@ -146,7 +148,8 @@ def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> 
         switch_instance_status(session, instance, S.MIGRATING, reason, now)
         return None
     session.expunge(host)
-    return _RunPlan(instance, host, allocated_gpu_ids(session, instance.id))
+    memory = session.scalar(select(func.min(GpuModel.memory_mb)).where(GpuModel.id.in_(held)))
+    return _RunPlan(instance, host, held, int(memory or 0))
 
 
 def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
@@ -162,8 +165,12 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
         replaced = existing is not None and existing.labels.get(LABEL_GPUS) != ",".join(run.gpus)
         if existing is not None and replaced:
             instance = _carry_writable_layer(ctx, instance, existing, token)
-        spec = containers.build_spec(ctx.settings, ctx.cluster_id, instance, run.host, run.gpus)
+        spec = containers.build_spec(
+            ctx.settings, ctx.cluster_id, instance, run.host, run.gpus, run.gpu_memory_mb
+        )
         state = ctx.runtime.create_container(spec)
+        if instance.gpu_share_milli is not None:
+            _install_share_hook(ctx, state.id)
         if replaced:  # the old container held the old host's copy of the data
             migration.remove_stale_volumes(ctx, instance)
         ctx.crash_point("after_create")
@@ -178,6 +185,18 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
     _mark_running(ctx, instance_id, token, state, run)
     # After 'running' is reported: the copy costs a round trip the user need not wait for.
     images.install_doctor(ctx, state.id)  # gpudock-doctor in every instance
+
+
+def _install_share_hook(ctx: ServiceContext, container_id: str) -> None:
+    """HAMi-core into a share's container, preloaded for every process that starts
+    there (an SSH session does not inherit a container's env-only preload)."""
+    library = ctx.settings.share_hook_library
+    if library is None:
+        return
+    ctx.runtime.put_file(container_id, containers.SHARE_HOOK_PATH, library.read_bytes())
+    ctx.runtime.put_file(
+        container_id, containers.LD_SO_PRELOAD, f"{containers.SHARE_HOOK_PATH}\n".encode(), 0o644
+    )
 
 
 def _carry_writable_layer(

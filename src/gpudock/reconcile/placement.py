@@ -10,17 +10,28 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
     DesiredState,
     GpuAllocationModel,
+    GpuModel,
+    GpuShareModel,
     InstanceModel,
     InstanceStatus,
 )
-from gpudock.scheduler.placement import HostCapacity, Placement, PlacementRequest, place
+from gpudock.scheduler.placement import (
+    WHOLE_MILLI,
+    HostCapacity,
+    Placement,
+    PlacementRequest,
+    SharedGpu,
+    place,
+)
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet.inventory import capacity_snapshot
@@ -71,19 +82,25 @@ def place_waiting(ctx: ServiceContext) -> None:
 
 def _request_of(instance: InstanceModel) -> PlacementRequest:
     previous = frozenset(g for g in instance.container_gpus.split(",") if g)
+    sticky = instance.gpu_share_milli is None and len(previous) == instance.gpu_count
     return PlacementRequest(
         gpu_model=instance.gpu_model,
         gpu_count=instance.gpu_count,
         cpus=instance.cpu,
         memory_gb=instance.memory_gb,
-        preferred_gpus=previous if len(previous) == instance.gpu_count else frozenset(),
+        preferred_gpus=previous if sticky else frozenset(),
         preferred_host=instance.host_id,
+        share_milli=instance.gpu_share_milli,
+        other_models=frozenset(instance.accepted_models) - {instance.gpu_model or ""},
     )
 
 
 def waiting_reason(instance: InstanceModel) -> str:
-    if instance.gpu_count:
-        what = f"{instance.gpu_count} × {instance.gpu_model}"
+    models = " or ".join(instance.accepted_models)
+    if instance.gpu_share_milli is not None:
+        what = f"a {instance.gpu_share_milli / 1000:.3f} share of one {models}"
+    elif instance.gpu_count:
+        what = f"{instance.gpu_count} × {models}"
         if instance.stay_on_host:
             what += " on its own host (started with --stay)"
     else:
@@ -124,34 +141,85 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
                 row.desired_state = DesiredState.STOPPED
                 switch_instance_status(session, row, S.STOPPED, f"not started: {refused}", now)
                 return False
-            for gpu_id in placement.gpu_uuids:
+            if row.gpu_share_milli is not None:
+                _claim_share(session, row, placement.gpu_uuids[0], now)
+            else:
+                _check_unshared(session, placement.gpu_uuids)
+            for gpu_id in placement.gpu_uuids if row.gpu_share_milli is None else ():
                 session.add(GpuAllocationModel(gpu_id=gpu_id, instance_id=row.id, allocated_at=now))
             row.placed, row.host_id = True, placement.host_id
+            row.gpu_model = placement.model or row.gpu_model
             session.flush()
             new_status = S.CREATING if row.status == S.PENDING else S.STARTING
             reason = "placed; starting the container"
             if row.status == S.MIGRATING:
                 reason = "placed on healthy GPUs; moving"
             switch_instance_status(session, row, new_status, reason, now)
-    except IntegrityError:
+    except (IntegrityError, _ShareTaken):
         log.info("placement of %s lost a race for a GPU; will retry", instance.id)
         return False
     ctx.wake_reconciler()
     return True
 
 
+class _ShareTaken(Exception):
+    """The GPU no longer has room for the share (or is held whole)."""
+
+
+def _claim_share(session: Session, row: InstanceModel, gpu_id: str, now: datetime) -> None:
+    """Insert the share if the GPU still has room: checked under the GPU row's
+    lock, so two shares can never add up to more than the card."""
+    assert row.gpu_share_milli is not None
+    gpu = session.get(GpuModel, gpu_id, with_for_update=True, populate_existing=True)
+    whole = session.get(GpuAllocationModel, gpu_id)
+    held = session.scalar(
+        select(func.coalesce(func.sum(GpuShareModel.milli), 0)).where(
+            GpuShareModel.gpu_id == gpu_id
+        )
+    )
+    if gpu is None or whole is not None or int(held or 0) + row.gpu_share_milli > WHOLE_MILLI:
+        raise _ShareTaken(gpu_id)
+    session.add(
+        GpuShareModel(
+            instance_id=row.id, gpu_id=gpu_id, milli=row.gpu_share_milli, allocated_at=now
+        )
+    )
+
+
+def _check_unshared(session: Session, gpu_ids: tuple[str, ...]) -> None:
+    """Whole GPUs carry no shares (the GPU rows locked, as `_claim_share` locks them)."""
+    if not gpu_ids:
+        return
+    list(session.scalars(select(GpuModel).where(GpuModel.id.in_(gpu_ids)).with_for_update()))
+    if session.scalar(select(GpuShareModel.gpu_id).where(GpuShareModel.gpu_id.in_(gpu_ids))):
+        raise _ShareTaken(",".join(gpu_ids))
+
+
 def _after(
     snapshot: list[HostCapacity], placement: Placement, request: PlacementRequest
 ) -> list[HostCapacity]:
-    taken = set(placement.gpu_uuids)
     return [
-        replace(
-            host,
-            free_cpus=host.free_cpus - request.cpus,
-            free_memory_gb=host.free_memory_gb - request.memory_gb,
-            free_gpus=tuple(g for g in host.free_gpus if g.uuid not in taken),
-        )
-        if host.host_id == placement.host_id
-        else host
+        _taken_from(host, placement, request) if host.host_id == placement.host_id else host
         for host in snapshot
     ]
+
+
+def _taken_from(
+    host: HostCapacity, placement: Placement, request: PlacementRequest
+) -> HostCapacity:
+    taken = set(placement.gpu_uuids)
+    shared = list(host.shared_gpus)
+    if request.share_milli is not None:
+        (gpu_id,) = placement.gpu_uuids
+        fresh = [SharedGpu(g, WHOLE_MILLI) for g in host.free_gpus if g.uuid == gpu_id]
+        shared = [
+            SharedGpu(s.gpu, s.free_milli - request.share_milli) if s.gpu.uuid == gpu_id else s
+            for s in [*shared, *fresh]
+        ]
+    return replace(
+        host,
+        free_cpus=host.free_cpus - request.cpus,
+        free_memory_gb=host.free_memory_gb - request.memory_gb,
+        free_gpus=tuple(g for g in host.free_gpus if g.uuid not in taken),
+        shared_gpus=tuple(s for s in shared if s.free_milli > 0),
+    )

@@ -30,10 +30,18 @@ LABEL_HOST = "gpudock.host"
 LABEL_GPUS = "gpudock.gpus"
 LABEL_OWNER = "gpudock.user"
 LABEL_BUILD = "gpudock.build"  # a build step's container (see runtime.build)
+LABEL_CHECK = "gpudock.check"  # a `run_once` container; the value: its time limit in seconds
 
 
 class ImageNotFound(RuntimeFailure):
     code = "image_not_found"
+
+
+class RuntimeTimeout(RuntimeFailure):
+    """The engine answered, but the work it runs (a check, a data copy) did not
+    end within its time limit; the message names what ran and for how long."""
+
+    code = "runtime_timeout"
 
 
 @dataclass(frozen=True)
@@ -274,10 +282,19 @@ class Runtime(Protocol):
         ...
 
     def run_once(
-        self, image: str, command: list[str], files: dict[str, bytes], timeout_s: float
+        self,
+        image: str,
+        command: list[str],
+        files: dict[str, bytes],
+        timeout_s: float,
+        *,
+        cluster_id: str,
     ) -> ExecResult:
         """Run `command` in a throwaway container of `image` (no network, no GPUs)
-        with `files` written first (mode 0755); return its exit code and output."""
+        with `files` written first (mode 0755); return its exit code and output.
+        `RuntimeTimeout` if it runs past `timeout_s` (the container is removed
+        either way). The container carries `cluster_id`'s labels and `LABEL_CHECK`
+        while it runs, so garbage collection finds one a crash left."""
         ...
 
     # -- exec streams (the SSH gateway) -------------------------------
@@ -313,8 +330,10 @@ class Runtime(Protocol):
         in a throwaway container `helper_name` of `image` with no network.
         Resumable: after an interruption, calling it again with the same names
         removes any leftover helper and finishes the job (rsync when the image
-        has it, else a full tar copy). `on_progress(done, total)` is called now
-        and then with byte counts. Returns the bytes in `source`."""
+        has it, else a fresh `cp -a`). `on_progress(done, total)` is called now
+        and then with byte counts. Returns the bytes in `source`. The copy has a
+        time limit of its own (not the call timeout: data takes as long as it
+        takes); past it, `RuntimeTimeout` names the helper and how long it ran."""
         ...
 
     # -- usage (the instance page) ------------------------------------

@@ -263,7 +263,13 @@ class FakeRuntime:
         self.files[(self._get(container_id).state.id, path)] = data
 
     def run_once(
-        self, image: str, command: list[str], files: dict[str, bytes], timeout_s: float
+        self,
+        image: str,
+        command: list[str],
+        files: dict[str, bytes],
+        timeout_s: float,
+        *,
+        cluster_id: str,
     ) -> ExecResult:
         if not self.image_present(image):
             raise ImageNotFound(f"image {image!r} not found")

@@ -1,18 +1,26 @@
-"""Whole-GPU placement over a capacity snapshot. Pure: no I/O, no clock.
+"""The server's placement over a capacity snapshot. Pure: no I/O, no clock.
 
-The policy, in order of preference:
+Whole GPUs, in order of preference:
 1. the GPUs the instance held before, if all of them are free (a restart or a
    start after stop keeps its cards and its container);
 2. otherwise the host where the request fits most tightly (fewest free GPUs
-   of that model left over, then least spare CPU), so large holes stay open
-   for large requests;
+   of an acceptable model left over, then least spare CPU), so large holes
+   stay open for large requests;
 3. on that host, GPUs that share a NUMA node / NVLink with each other.
+
+A share of one GPU goes where it leaves the least over: onto a GPU that
+already holds shares, the one with the least free milli that still fits,
+before it opens a whole GPU (best fit; whole GPUs stay whole for whole-GPU
+requests), then the tightest host. The policies compared on cluster traces
+live beside this (`registry`, `house`); this is the one the reconciler runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+WHOLE_MILLI = 1000
 
 
 @dataclass(frozen=True)
@@ -25,12 +33,21 @@ class GpuSlot:
 
 
 @dataclass(frozen=True)
+class SharedGpu:
+    """A GPU that holds shares already, with the milli-GPU still free on it."""
+
+    gpu: GpuSlot
+    free_milli: int
+
+
+@dataclass(frozen=True)
 class HostCapacity:
     host_id: str
     free_cpus: float
     free_memory_gb: float
-    free_gpus: tuple[GpuSlot, ...]
+    free_gpus: tuple[GpuSlot, ...]  # whole, unshared, healthy
     gpu_models: frozenset[str] = frozenset()
+    shared_gpus: tuple[SharedGpu, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,12 +60,21 @@ class PlacementRequest:
     preferred_host: str | None = None
     required_host: str | None = None
     allowed_hosts: frozenset[str] | None = None  # None: any; e.g. where the image can run
+    share_milli: int | None = None  # a share of one GPU; None: gpu_count whole GPUs
+    other_models: frozenset[str] = frozenset()  # acceptable besides gpu_model
+
+    @property
+    def models(self) -> frozenset[str]:
+        return frozenset({self.gpu_model}) | self.other_models if self.gpu_model else frozenset()
 
 
 @dataclass(frozen=True)
 class Placement:
     host_id: str
     gpu_uuids: tuple[str, ...]
+    # The model of those GPUs (one of the acceptable ones): derived from them, so
+    # not part of what makes two placements the same.
+    model: str | None = field(default=None, compare=False)
 
 
 def place(hosts: Sequence[HostCapacity], request: PlacementRequest) -> Placement | None:
@@ -60,23 +86,67 @@ def place(hosts: Sequence[HostCapacity], request: PlacementRequest) -> Placement
         candidates = [h for h in candidates if h.host_id in request.allowed_hosts]
     if not candidates:
         return None
+    if request.share_milli is not None:
+        return _place_share(candidates, request)
     sticky = _sticky_placement(candidates, request)
     if sticky is not None:
         return sticky
     best = min(candidates, key=lambda h: _tightness(h, request))
-    return Placement(best.host_id, _choose_gpus(_matching(best, request), request.gpu_count))
+    chosen = _choose_gpus(_matching(best, request), request.gpu_count)
+    return Placement(best.host_id, chosen, _model_of(best, chosen))
 
 
 def _fits(host: HostCapacity, request: PlacementRequest) -> bool:
     if host.free_cpus + 1e-9 < request.cpus or host.free_memory_gb + 1e-9 < request.memory_gb:
         return False
+    if request.share_milli is not None:
+        return bool(_share_options(host, request))
     if request.gpu_count == 0:
         return request.gpu_model is None or request.gpu_model in host.gpu_models
     return len(_matching(host, request)) >= request.gpu_count
 
 
 def _matching(host: HostCapacity, request: PlacementRequest) -> list[GpuSlot]:
-    return [g for g in host.free_gpus if g.model == request.gpu_model]
+    """Free GPUs of one acceptable model: the one this host has most of free
+    (a k-GPU instance runs on one model)."""
+    by_model: dict[str, list[GpuSlot]] = {}
+    for gpu in host.free_gpus:
+        if gpu.model in request.models:
+            by_model.setdefault(gpu.model, []).append(gpu)
+    if not by_model:
+        return []
+    preferred = request.gpu_model if request.gpu_model in by_model else None
+    return by_model[preferred] if preferred else max(by_model.values(), key=len)
+
+
+def _model_of(host: HostCapacity, uuids: tuple[str, ...]) -> str | None:
+    models = {g.model for g in host.free_gpus if g.uuid in uuids}
+    return models.pop() if len(models) == 1 else None
+
+
+def _share_options(host: HostCapacity, request: PlacementRequest) -> list[tuple[int, GpuSlot]]:
+    """(free milli left after the share, GPU) for every GPU that can take it."""
+    assert request.share_milli is not None
+    need = request.share_milli
+    options = [
+        (s.free_milli - need, s.gpu)
+        for s in host.shared_gpus
+        if s.gpu.model in request.models and s.free_milli >= need
+    ]
+    options += [(WHOLE_MILLI - need, g) for g in host.free_gpus if g.model in request.models]
+    return options
+
+
+def _place_share(candidates: Sequence[HostCapacity], request: PlacementRequest) -> Placement:
+    def best_on(host: HostCapacity) -> tuple[int, GpuSlot]:
+        return min(_share_options(host, request), key=lambda o: (o[0], o[1].index))
+
+    host = min(
+        candidates,
+        key=lambda h: (best_on(h)[0], len(h.free_gpus), h.free_cpus - request.cpus, h.host_id),
+    )
+    _left, gpu = best_on(host)
+    return Placement(host.host_id, (gpu.uuid,), gpu.model)
 
 
 def _sticky_placement(

@@ -8,18 +8,20 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from gpudock.web import (
-    pages_admin,
-    pages_auth,
-    pages_billing,
-    pages_billing_admin,
-    pages_health,
-    pages_images,
-    pages_instances,
-    pages_ssh_keys,
-    pages_tokens,
-)
+from gpudock.services.instances.usage import CpuMeter
+from gpudock.sizes import MIB, format_size
 from gpudock.web.deps import TEMPLATES
+from gpudock.web.pages import (
+    admin,
+    auth,
+    billing,
+    billing_admin,
+    health,
+    images,
+    instances,
+    ssh_keys,
+    tokens,
+)
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -28,8 +30,9 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
 
 
-def _gib(memory_mb: int) -> str:
-    return f"{memory_mb / 1024:.0f} GB"
+def _mib(count_mib: int) -> str:
+    """GPU memory, which NVML counts in MiB: 81920 → '80 GiB'."""
+    return format_size(count_mib * MIB, precision=0)
 
 
 def _duration(seconds: int) -> str:
@@ -40,28 +43,22 @@ def _duration(seconds: int) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
-def _size(size_bytes: int) -> str:
-    for unit, scale in (("GB", 1024**3), ("MB", 1024**2)):
-        if size_bytes >= scale:
-            return f"{size_bytes / scale:.1f} {unit}"
-    return f"{size_bytes // 1024} KB"
-
-
 def mount_console(app: FastAPI) -> None:
     TEMPLATES.env.filters["when"] = _when
-    TEMPLATES.env.filters["gib"] = _gib
+    TEMPLATES.env.filters["mib"] = _mib
     TEMPLATES.env.filters["duration"] = _duration
-    TEMPLATES.env.filters["size"] = _size
+    TEMPLATES.env.filters["size"] = format_size
+    app.state.cpu_meter = CpuMeter()
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     for router in (
-        pages_auth.router,
-        pages_instances.router,
-        pages_admin.router,
-        pages_ssh_keys.router,
-        pages_tokens.router,
-        pages_billing.router,
-        pages_images.router,
-        pages_billing_admin.router,
-        pages_health.router,
+        auth.router,
+        instances.router,
+        admin.router,
+        ssh_keys.router,
+        tokens.router,
+        billing.router,
+        images.router,
+        billing_admin.router,
+        health.router,
     ):
         app.include_router(router)

@@ -1,8 +1,9 @@
 """What every console route needs: the viewer, CSRF, rendering, HTML errors.
 
 Routes here are thin, like the API's: parse the form, call one service
-function, render. `ConsoleRoute` turns the domain error tree into HTML pages
-(the API's handlers answer JSON), and a missing login into a redirect.
+function, render. `ConsoleRoute` turns a domain error into an HTML page with the
+status the error tree gives it, the one the API answers with (its handlers answer
+JSON), and a missing login into a redirect.
 """
 
 from __future__ import annotations
@@ -17,19 +18,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 
-from gpudock.errors import (
-    Conflict,
-    Forbidden,
-    GpudockError,
-    InvalidRequest,
-    NotFound,
-    PaymentRequired,
-    RuntimeFailure,
-    Unauthenticated,
-)
+from gpudock.errors import Forbidden, GpudockError, Unauthenticated
 from gpudock.services.accounts import logins as accounts
 from gpudock.services.accounts.logins import WebSession
 from gpudock.services.context import ServiceContext
+from gpudock.services.instances.usage import CpuMeter
 from gpudock.web.i18n import LANG_COOKIE, LANGUAGES, pick_language, translator
 from gpudock.web.navigation import nav_entries
 
@@ -38,14 +31,7 @@ LOGIN_CSRF_COOKIE = "gpudock_login_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-_STATUS = [
-    (InvalidRequest, 422),
-    (Forbidden, 403),
-    (NotFound, 404),
-    (Conflict, 409),
-    (PaymentRequired, 402),
-]
-_TITLES = {402: "Not enough balance", 403: "Forbidden", 404: "Not found"}
+ERROR_TITLES = {402: "Not enough balance", 403: "Forbidden", 404: "Not found"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
@@ -64,6 +50,16 @@ def get_context(request: Request) -> ServiceContext:
 
 
 Context = Annotated[ServiceContext, Depends(get_context)]
+
+
+def get_cpu_meter(request: Request) -> CpuMeter:
+    """The console's one meter (made by `mount_console`): CPU % compares each
+    poll of the usage fragment with the previous one of the same container."""
+    meter: CpuMeter = request.app.state.cpu_meter
+    return meter
+
+
+Meter = Annotated[CpuMeter, Depends(get_cpu_meter)]
 
 
 def optional_viewer(request: Request, ctx: Context) -> WebSession | None:
@@ -143,6 +139,14 @@ def render(
     return response
 
 
+def form_error(error: GpudockError | None) -> dict[str, str | None]:
+    """A form's error for its template: the service's message as it is (what the API
+    and the CLI say too) and the field it names, `form` when it names none."""
+    if error is None:
+        return {"error": None, "error_field": None}
+    return {"error": error.message, "error_field": error.field or "form"}
+
+
 def is_htmx(request: Request) -> bool:
     return request.headers.get("HX-Request") == "true"
 
@@ -152,14 +156,12 @@ def redirect(url: str) -> RedirectResponse:
 
 
 def _error_page(request: Request, exc: GpudockError) -> Response:
-    status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 500)
-    if isinstance(exc, RuntimeFailure):
-        status = 502
+    """The page for a domain error, with the status the API answers it with."""
     if isinstance(exc, Unauthenticated):
         return _login_redirect(request)
     viewer = optional_viewer(request, get_context(request))
-    title = _TITLES.get(status, "Something went wrong")
-    return render(request, "error.html", viewer, status, title=title, message=exc.message)
+    title = ERROR_TITLES.get(exc.http_status, "Something went wrong")
+    return render(request, "error.html", viewer, exc.http_status, title=title, message=exc.message)
 
 
 def _login_redirect(request: Request) -> Response:

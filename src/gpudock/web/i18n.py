@@ -129,7 +129,7 @@ ZH_CN: dict[str, str] = {
     "draining": "排空中",
     "unhealthy": "故障",
     "repairing": "维修中",
-    # billing, SSH keys, images (read-only until their issues add forms)
+    # billing, SSH keys, images
     "Balance": "余额",
     "Available": "可用",
     "Spending per hour": "每小时消费",

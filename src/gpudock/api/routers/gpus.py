@@ -4,6 +4,7 @@ from fastapi import APIRouter
 
 from gpudock.api.deps import AdminUser, Context, CurrentUser
 from gpudock.api.schemas import GpuModelPublic, GpuPublic, HostPublic
+from gpudock.db.models import GpuModel, HostModel
 from gpudock.services.fleet import inventory
 
 router = APIRouter(tags=["gpus"])
@@ -11,48 +12,40 @@ router = APIRouter(tags=["gpus"])
 
 @router.get("/gpus", response_model=list[GpuModelPublic])
 def list_gpu_models(ctx: Context, _user: CurrentUser) -> list[GpuModelPublic]:
-    return [
-        GpuModelPublic(
-            model=s.model,
-            memory_mb=s.memory_mb,
-            total=s.total,
-            free=s.free,
-            hosts=s.hosts,
-            max_per_host=s.max_per_host,
-            price_per_hour=s.price_per_hour,
-        )
-        for s in inventory.gpu_summary(ctx)
-    ]
+    summary = inventory.gpu_summary(ctx)
+    return [GpuModelPublic.model_validate(s, from_attributes=True) for s in summary]
+
+
+def _gpu(gpu: GpuModel) -> GpuPublic:
+    return GpuPublic(
+        uuid=gpu.id,
+        index=gpu.index,
+        model=gpu.model,
+        memory_mb=gpu.memory_mb,
+        pci_bus_id=gpu.pci_bus_id,
+        numa_node=gpu.numa_node,
+        nvlink_peers=[p for p in gpu.nvlink_peers.split(",") if p],
+        state=gpu.state.value,
+        state_reason=gpu.state_reason,
+        present=gpu.present,
+        instance_id=gpu.allocation.instance_id if gpu.allocation else None,
+    )
+
+
+def _host(host: HostModel) -> HostPublic:
+    return HostPublic(
+        id=host.id,
+        name=host.name,
+        cpus=host.cpus,
+        memory_gb=host.memory_gb,
+        driver_version=host.driver_version,
+        cuda_version=host.cuda_version,
+        simulated=host.simulated,
+        present=host.present,
+        gpus=[_gpu(g) for g in host.gpus],
+    )
 
 
 @router.get("/hosts", response_model=list[HostPublic])
 def list_hosts(ctx: Context, _admin: AdminUser) -> list[HostPublic]:
-    return [
-        HostPublic(
-            id=h.id,
-            name=h.name,
-            cpus=h.cpus,
-            memory_gb=h.memory_gb,
-            driver_version=h.driver_version,
-            cuda_version=h.cuda_version,
-            simulated=h.simulated,
-            present=h.present,
-            gpus=[
-                GpuPublic(
-                    uuid=g.id,
-                    index=g.index,
-                    model=g.model,
-                    memory_mb=g.memory_mb,
-                    pci_bus_id=g.pci_bus_id,
-                    numa_node=g.numa_node,
-                    nvlink_peers=[p for p in g.nvlink_peers.split(",") if p],
-                    state=g.state.value,
-                    state_reason=g.state_reason,
-                    present=g.present,
-                    instance_id=g.allocation.instance_id if g.allocation else None,
-                )
-                for g in h.gpus
-            ],
-        )
-        for h in inventory.list_hosts(ctx)
-    ]
+    return [_host(h) for h in inventory.list_hosts(ctx)]

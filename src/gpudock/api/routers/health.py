@@ -3,78 +3,21 @@ repair, drain, migrations and reliability statistics."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
 
 from gpudock.api.deps import AdminUser, Context
 from gpudock.api.errors import error_responses
+from gpudock.api.health_schemas import (
+    FaultPublic,
+    FaultRequest,
+    GpuStatePublic,
+    ReliabilityPublic,
+)
 from gpudock.db.models import GpuModel
 from gpudock.services.fleet import gpu_health as health
 from gpudock.services.fleet import reliability
-from gpudock.services.fleet.gpu_health import FaultView
 
 router = APIRouter(prefix="/admin", tags=["health"])
-
-
-class FaultRequest(BaseModel):
-    xid: int = Field(ge=1, le=65535, description="The NVIDIA Xid to report, e.g. 48 or 79.")
-    message: str = Field(default="", max_length=500)
-
-
-class FaultPublic(BaseModel):
-    id: int
-    gpu_uuid: str
-    host_id: str
-    kind: str
-    xid: int | None
-    action: str = Field(description="notify, migrate, migrate_deferred, drain_host, host_lost")
-    source: str
-    message: str
-    at: datetime
-    repaired_at: datetime | None
-    gpu_state: str
-
-
-class GpuStatePublic(BaseModel):
-    uuid: str
-    state: str
-    state_reason: str
-
-
-class GpuReliabilityPublic(BaseModel):
-    uuid: str
-    host: str
-    model: str
-    state: str
-    hours_in_service: float
-    failures: int
-    mtbf_hours: float | None
-    faults: dict[str, int]
-    migrations: int
-
-
-class ModelReliabilityPublic(BaseModel):
-    model: str
-    gpus: int
-    hours_in_service: float
-    failures: int
-    mtbf_hours: float | None
-    reference_mtbf_hours: float | None
-    faults: dict[str, int]
-    migrations: int
-    interruption_p50_s: float | None
-    interruption_max_s: float | None
-
-
-class ReliabilityPublic(BaseModel):
-    models: list[ModelReliabilityPublic]
-    gpus: list[GpuReliabilityPublic]
-
-
-def _fault(view: FaultView) -> FaultPublic:
-    return FaultPublic(**view.__dict__)
 
 
 def _state(gpu: GpuModel) -> GpuStatePublic:
@@ -89,7 +32,8 @@ def _state(gpu: GpuModel) -> GpuStatePublic:
 )
 def inject_fault(ctx: Context, admin: AdminUser, gpu_uuid: str, body: FaultRequest) -> FaultPublic:
     """Simulated fleets only: the GPU reports this Xid as NVML would."""
-    return _fault(health.inject_fault(ctx, admin, gpu_uuid, body.xid, body.message))
+    fault = health.inject_fault(ctx, admin, gpu_uuid, body.xid, body.message)
+    return FaultPublic.model_validate(fault, from_attributes=True)
 
 
 @router.post(
@@ -108,13 +52,10 @@ def drain(ctx: Context, admin: AdminUser, gpu_uuid: str) -> GpuStatePublic:
 
 @router.get("/faults", response_model=list[FaultPublic])
 def list_faults(ctx: Context, admin: AdminUser) -> list[FaultPublic]:
-    return [_fault(v) for v in health.list_faults(ctx, admin)]
+    faults = health.list_faults(ctx, admin)
+    return [FaultPublic.model_validate(f, from_attributes=True) for f in faults]
 
 
 @router.get("/reliability", response_model=ReliabilityPublic)
 def get_reliability(ctx: Context, admin: AdminUser) -> ReliabilityPublic:
-    found = reliability.report(ctx, admin)
-    return ReliabilityPublic(
-        models=[ModelReliabilityPublic(**m.__dict__) for m in found.models],
-        gpus=[GpuReliabilityPublic(**g.__dict__) for g in found.gpus],
-    )
+    return ReliabilityPublic.model_validate(reliability.report(ctx, admin), from_attributes=True)

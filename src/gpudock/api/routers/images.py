@@ -43,10 +43,8 @@ TAR_BODY: dict[str, Any] = {
 
 
 def _public(spec: ImageSpec, runs_on: dict[str, str] | None = None) -> ImagePublic:
-    values = {k: v for k, v in spec.__dict__.items() if k != "compute_capabilities"}
-    return ImagePublic(
-        **values, compute_capabilities=list(spec.compute_capabilities), runs_on=runs_on or {}
-    )
+    public = ImagePublic.model_validate(spec, from_attributes=True)
+    return public.model_copy(update={"runs_on": runs_on}) if runs_on else public
 
 
 def _ndjson(events: Iterator[dict[str, Any]]) -> StreamingResponse:

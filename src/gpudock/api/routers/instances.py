@@ -115,9 +115,5 @@ def delete(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
 
 @router.get("/{instance_id}/events", response_model=list[InstanceEventPublic], responses=NOT_FOUND)
 def events(ctx: Context, user: CurrentUser, instance_id: str) -> list[InstanceEventPublic]:
-    return [
-        InstanceEventPublic(
-            at=e.at, from_status=e.from_status, to_status=e.to_status, message=e.message
-        )
-        for e in instances.list_events(ctx, user, instance_id)
-    ]
+    found = instances.list_events(ctx, user, instance_id)
+    return [InstanceEventPublic.model_validate(e, from_attributes=True) for e in found]

@@ -14,7 +14,7 @@ from gpudock.api.schemas import (
     SshKeyPublic,
     SshSessionPublic,
 )
-from gpudock.db.models import SshKeyModel, SshSessionModel
+from gpudock.db.models import SshKeyModel
 from gpudock.services.ssh import endpoint as ssh_endpoint
 from gpudock.services.ssh import key_proof as ssh_key_proof
 from gpudock.services.ssh import keys as ssh_keys
@@ -37,22 +37,6 @@ def _key(key: SshKeyModel) -> SshKeyPublic:
         last_used_at=key.last_used_at,
         verified=key.verified_at is not None,
         verified_at=key.verified_at,
-    )
-
-
-def _session(row: SshSessionModel) -> SshSessionPublic:
-    return SshSessionPublic(
-        id=row.id,
-        outcome=row.outcome.value,
-        reason=row.reason,
-        login=row.login,
-        user_id=row.user_id,
-        client_address=row.client_address,
-        key_fingerprint=row.key_fingerprint,
-        started_at=row.started_at,
-        ended_at=row.ended_at,
-        bytes_in=row.bytes_in,
-        bytes_out=row.bytes_out,
     )
 
 
@@ -108,12 +92,7 @@ def remove_key(ctx: Context, user: CurrentUser, key_ref: str) -> SshKeyPublic:
 def gateway(ctx: Context, _user: CurrentUser) -> SshEndpointPublic:
     """Where the SSH gateway listens, and its host key (404 if the server runs none)."""
     found = ssh_endpoint.endpoint(ctx.settings)
-    return SshEndpointPublic(
-        host=found.host,
-        port=found.port,
-        host_key=found.host_key,
-        host_key_fingerprint=found.host_key_fingerprint,
-    )
+    return SshEndpointPublic.model_validate(found, from_attributes=True)
 
 
 @router.get(
@@ -123,4 +102,5 @@ def gateway(ctx: Context, _user: CurrentUser) -> SshEndpointPublic:
 )
 def sessions(ctx: Context, user: CurrentUser, instance_id: str) -> list[SshSessionPublic]:
     """SSH sessions and refused attempts on the instance, newest first (owner or admin)."""
-    return [_session(s) for s in ssh_sessions.list_sessions(ctx, user, instance_id)]
+    found = ssh_sessions.list_sessions(ctx, user, instance_id)
+    return [SshSessionPublic.model_validate(s, from_attributes=True) for s in found]

@@ -29,15 +29,7 @@ NO_REASON = UserDisableRequest()  # the body is optional
 
 
 def _public(user: UserModel) -> UserPublic:
-    return UserPublic(
-        id=user.id,
-        name=user.name,
-        is_admin=user.is_admin,
-        created_at=user.created_at,
-        state=user.state.value,
-        state_reason=user.state_reason,
-        state_changed_at=user.state_changed_at,
-    )
+    return UserPublic.model_validate(user, from_attributes=True)
 
 
 @router.get("/me", response_model=UserPublic)
@@ -94,7 +86,7 @@ def disable_user(
     instances stop (GPUs released, containers and data kept). Not yourself,
     nor the last active admin."""
     change = user_states.disable_user(ctx, admin, name, body.reason)
-    return UserStateChangePublic(user=_public(change.user), instances=change.instances)
+    return UserStateChangePublic.model_validate(change, from_attributes=True)
 
 
 @router.post("/{name}/enable", response_model=UserPublic, responses=CHANGE)

@@ -7,6 +7,7 @@ import io
 import json
 import tarfile
 import tomllib
+from contextlib import closing
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -32,16 +33,19 @@ def build_base(
     ] = None,
 ) -> None:
     """Build the debootstrap base image (needs root and debootstrap), unless it exists."""
-    # Runs locally, not through the server: import the builder only when asked to.
-    from gpudock.images.base_image import BASE_IMAGE, build_base_image, rich_progress
+    # Runs on this machine's engine, not through the server: import the builder
+    # and the runtime only when asked to (the CLI starts fast).
+    from gpudock.cli.base_image_progress import stage_bars
+    from gpudock.images.base_image import BASE_IMAGE, build_base_image
+    from gpudock.runtime.docker import DockerRuntime
 
     try:
-        with rich_progress(output.stderr()) as on_progress:
+        with (
+            closing(DockerRuntime(docker_host, host_firewall=False)) as engine,
+            stage_bars(output.stderr()) as on_progress,
+        ):
             result = build_base_image(
-                tag=tag or BASE_IMAGE,
-                force=force,
-                docker_host=docker_host,
-                on_progress=on_progress,
+                engine, tag=tag or BASE_IMAGE, force=force, on_progress=on_progress
             )
     except GpudockError as exc:
         raise CliError(exc.message) from exc

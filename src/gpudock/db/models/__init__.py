@@ -35,6 +35,7 @@ from gpudock.db.models.images import ImageModel
 from gpudock.db.models.instances import (
     DesiredState,
     GpuAllocationModel,
+    GpuShareModel,
     InstanceEventModel,
     InstanceModel,
     InstanceStatus,
@@ -53,6 +54,7 @@ __all__ = [
     "GpuEventModel",
     "GpuFaultModel",
     "GpuModel",
+    "GpuShareModel",
     "GpuState",
     "HostModel",
     "ImageModel",

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from gpudock.db.models.base import Base, UTCDateTime, enum_column
 
 if TYPE_CHECKING:
-    from gpudock.db.models.instances import GpuAllocationModel
+    from gpudock.db.models.instances import GpuAllocationModel, GpuShareModel
 
 
 class GpuState(enum.StrEnum):
@@ -69,6 +69,12 @@ class GpuModel(Base):
 
     host: Mapped[HostModel] = relationship(back_populates="gpus")
     allocation: Mapped[GpuAllocationModel | None] = relationship(back_populates="gpu")
+    shares: Mapped[list[GpuShareModel]] = relationship(viewonly=True)
+
+    @property
+    def shared_milli(self) -> int:
+        """Milli-GPU held by shares (0: none; then it may be allocated whole)."""
+        return sum(share.milli for share in self.shares)
 
 
 class GpuFaultModel(Base):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     Boolean,
+    CheckConstraint,
     Float,
     ForeignKey,
     Index,
@@ -62,6 +63,15 @@ class InstanceModel(Base):
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), index=True)
     gpu_model: Mapped[str | None] = mapped_column(String(64), nullable=True)
     gpu_count: Mapped[int] = mapped_column(Integer)
+    gpu_model_choices: Mapped[str] = mapped_column(
+        Text,
+        default="",
+        comment="comma-separated GPU models the request accepts ('': gpu_model only); "
+        "placement sets gpu_model to the one it got",
+    )
+    gpu_share_milli: Mapped[int | None] = mapped_column(
+        Integer, nullable=True, comment="a share of one GPU, in milli-GPU; None: whole GPUs"
+    )
     image: Mapped[str] = mapped_column(String(512), comment="the image the user asked for")
     system_image: Mapped[str] = mapped_column(
         String(512), comment="what the next container is created from (a commit after a move)"
@@ -107,6 +117,12 @@ class InstanceModel(Base):
     allocations: Mapped[list[GpuAllocationModel]] = relationship(back_populates="instance")
     host: Mapped[HostModel | None] = relationship(foreign_keys=[host_id])
 
+    @property
+    def accepted_models(self) -> tuple[str, ...]:
+        """The GPU models this instance may be placed on, its own first."""
+        choices = [m for m in self.gpu_model_choices.split(",") if m]
+        return tuple(dict.fromkeys([*([self.gpu_model] if self.gpu_model else []), *choices]))
+
 
 class GpuAllocationModel(Base):
     """One row per allocated GPU; the primary key makes double allocation impossible."""
@@ -118,6 +134,19 @@ class GpuAllocationModel(Base):
 
     gpu: Mapped[GpuModel] = relationship(back_populates="allocation")
     instance: Mapped[InstanceModel] = relationship(back_populates="allocations")
+
+
+class GpuShareModel(Base):
+    """A share of one GPU held by one instance. The shares of a GPU never add up
+    to a whole card, and never sit on a GPU allocated whole: the placement pass
+    checks both under the GPU row's lock in the transaction that inserts one."""
+
+    __tablename__ = "gpu_shares"
+    __table_args__ = (CheckConstraint("milli > 0 AND milli < 1000", name="ck_gpu_shares_milli"),)
+    instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), primary_key=True)
+    gpu_id: Mapped[str] = mapped_column(ForeignKey("gpus.id"), index=True)
+    milli: Mapped[int] = mapped_column(Integer)
+    allocated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class InstanceEventModel(Base):

@@ -1,2 +1,3 @@
-"""Image builds: a Dockerfile planned here (`plan`, `words`), an upload read here
-(`context`), and the plan run on an engine (`docker`)."""
+"""Image builds, whatever the engine: a Dockerfile planned here (`plan`,
+`words`) and an upload read here (`context`); an engine runs the plan
+(`gpudock.runtime.docker.build`)."""

@@ -66,6 +66,9 @@ class Shape(Protocol):
     @property
     def gpu_count(self) -> int: ...
 
+    @property
+    def gpu_share_milli(self) -> int | None: ...
+
 
 # -- prices ----------------------------------------------------------------------------
 def list_prices(ctx: ServiceContext) -> list[BillingPriceModel]:
@@ -109,6 +112,21 @@ def _check_model(session: Session, model: str) -> None:
 def gpu_prices_per_hour(ctx: ServiceContext) -> dict[str, str]:
     """{model: price per GPU-hour as a decimal string}, for the GPU summary."""
     return {p.gpu_model: format_amount(p.amount_micro) for p in list_prices(ctx) if p.gpu_model}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What an instance of this shape would cost per hour if it started now."""
+
+    unit_price: int  # per GPU-hour, or per hour without GPUs (micro-units)
+    per_hour: int  # the whole instance (micro-units)
+
+
+def estimate(ctx: ServiceContext, gpu_model: str | None, gpu_count: int) -> Estimate:
+    """The price the metering would freeze on the interval if it opened now."""
+    with ctx.reader() as session:
+        unit, rate = metering.rate_for(session, gpu_model, gpu_count)
+    return Estimate(unit_price=unit, per_hour=rate.per_hour)
 
 
 # -- top-ups -----------------------------------------------------------------------------
@@ -303,7 +321,9 @@ def shortfall(
     at, so nothing that passes here is stopped for money before it has run.
     `waiting_self`: the id of a waiting instance being checked again (it is
     not counted twice)."""
-    _unit, rate = metering.rate_for(session, shape.gpu_model, shape.gpu_count)
+    _unit, rate = metering.rate_for(
+        session, shape.gpu_model, shape.gpu_count, shape.gpu_share_milli
+    )
     if rate.micros == 0:
         return None
     user = session.get(UserModel, user_id)
@@ -341,18 +361,23 @@ def shortfall(
 def waiting_burn_per_hour(session: Session, user_id: str, exclude: str | None) -> int:
     """What the user's instances that wait to start will burn once they run."""
     rows = session.execute(
-        select(InstanceModel.gpu_model, InstanceModel.gpu_count, func.count())
+        select(
+            InstanceModel.gpu_model,
+            InstanceModel.gpu_count,
+            InstanceModel.gpu_share_milli,
+            func.count(),
+        )
         .where(
             InstanceModel.user_id == user_id,
             InstanceModel.desired_state == DesiredState.RUNNING,
             InstanceModel.status.in_(WAITING_TO_RUN),
             InstanceModel.id != (exclude or ""),
         )
-        .group_by(InstanceModel.gpu_model, InstanceModel.gpu_count)
+        .group_by(InstanceModel.gpu_model, InstanceModel.gpu_count, InstanceModel.gpu_share_milli)
     ).all()
     total = 0
-    for model, count, instances in rows:
-        total += metering.rate_for(session, model, count)[1].per_hour * int(instances)
+    for model, count, share, instances in rows:
+        total += metering.rate_for(session, model, count, share)[1].per_hour * int(instances)
     return total
 
 

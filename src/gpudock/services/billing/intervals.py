@@ -58,6 +58,9 @@ NO_GPU_PRICE = "no_gpu"
 DISK_PRICE = "disk"
 
 
+SHARE_DENOMINATOR = 1000  # shares are in milli-GPU
+
+
 def gpu_price_key(model: str) -> str:
     return f"gpu:{model}"
 
@@ -77,10 +80,14 @@ def gpu_prices(session: Session) -> dict[str, int]:
     return {row.gpu_model: row.amount_micro for row in rows if row.gpu_model}
 
 
-def rate_for(session: Session, gpu_model: str | None, gpu_count: int) -> tuple[int, Rate]:
-    """(unit price, per-hour rate) an instance of this shape would run at now."""
+def rate_for(
+    session: Session, gpu_model: str | None, gpu_count: int, share_milli: int | None = None
+) -> tuple[int, Rate]:
+    """(unit price, per-hour rate) an instance of this shape would run at now:
+    a share of one GPU pays its fraction of the GPU-hour price."""
     unit = unit_price(session, price_key_for(gpu_model, gpu_count))
-    return unit, compute_rate(unit, gpu_count)
+    share = (share_milli, SHARE_DENOMINATOR) if share_milli is not None else (1, 1)
+    return unit, compute_rate(unit, gpu_count, share)
 
 
 # -- the status hook ------------------------------------------------------------------
@@ -122,7 +129,7 @@ def open_interval(
 def _open_compute(session: Session, instance: InstanceModel, at: datetime) -> None:
     if open_interval(session, instance.id, IntervalKind.COMPUTE) is not None:
         return  # a duplicate delivery: the interval is open already
-    unit, rate = rate_for(session, instance.gpu_model, instance.gpu_count)
+    unit, rate = rate_for(session, instance.gpu_model, instance.gpu_count, instance.gpu_share_milli)
     _insert(session, instance, IntervalKind.COMPUTE, at, unit, rate)
 
 

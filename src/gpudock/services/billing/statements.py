@@ -1,4 +1,5 @@
-"""Statements: a user's ledger lines and usage per instance, each line explaining itself.
+"""Statements: a user's ledger lines, usage per instance and spending per day, each
+line explaining itself.
 
 Amounts are signed from the user's side: a top-up or a refund is positive,
 a charge negative. Only the subject's own postings are ever read.
@@ -10,9 +11,10 @@ import csv
 import io
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy.orm import InstrumentedAttribute
 
 from gpudock.billing.ledger import PostingKind
 from gpudock.billing.metering import SECONDS_PER_DAY
@@ -22,6 +24,7 @@ from gpudock.errors import InvalidRequest
 from gpudock.services.context import ServiceContext
 
 MAX_PAGE = 1000
+MAX_SPEND_DAYS = 90
 CSV_LIMIT = 1_000_000
 LEDGER_COLUMNS = [
     "id",
@@ -121,6 +124,15 @@ def all_lines(
     return [Line(p, name) for p, name in rows]
 
 
+def latest_lines(ctx: ServiceContext, user: UserModel, limit: int) -> list[Line]:
+    """The user's newest ledger lines first (the statement pages go oldest first)."""
+    oldest_first = _query(user, None, None, None)
+    newest_first = oldest_first.order_by(None).order_by(BillingPostingModel.id.desc())
+    with ctx.reader() as session:
+        rows = session.execute(newest_first.limit(limit)).all()
+    return [Line(p, name) for p, name in rows]
+
+
 @dataclass
 class Usage:
     instance_id: str
@@ -180,6 +192,46 @@ def usage(
             item.gpu_seconds += sign * int(gpu_s)
             item.compute_amount += sign * int(amount)
     return sorted(items.values(), key=lambda u: (u.instance_name or "", u.instance_id))
+
+
+@dataclass(frozen=True)
+class DaySpend:
+    day: date
+    amount: int  # charges minus refunds that day (micro-units), never negative
+
+
+def _utc_day(dialect: str, column: InstrumentedAttribute[datetime]) -> ColumnElement[str]:
+    if dialect == "postgresql":  # the session's time zone must not move the day
+        return func.to_char(func.timezone("UTC", column), "YYYY-MM-DD")
+    return func.strftime("%Y-%m-%d", column)  # SQLite keeps UTC text
+
+
+def daily_spend(
+    ctx: ServiceContext, user: UserModel, days: int, now: datetime | None = None
+) -> list[DaySpend]:
+    """The user's spending per UTC day over the last `days` days (today included,
+    at most MAX_SPEND_DAYS), oldest first, one entry per day even when nothing was
+    spent: summed by the database."""
+    days = max(1, min(days, MAX_SPEND_DAYS))
+    now = (now or ctx.clock()).astimezone(UTC)
+    first = now.date() - timedelta(days=days - 1)
+    start = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
+    p = BillingPostingModel
+    with ctx.reader() as session:
+        day = _utc_day(session.get_bind().dialect.name, p.at)
+        rows = session.execute(
+            select(day, p.kind, func.sum(p.amount_micro))
+            .where(p.user_id == user.id, p.at >= start, p.kind != PostingKind.TOPUP.value)
+            .group_by(day, p.kind)
+        ).all()
+    totals: dict[str, int] = {}
+    for label, kind, amount in rows:
+        sign = -1 if kind == PostingKind.REFUND.value else 1
+        totals[str(label)] = totals.get(str(label), 0) + sign * int(amount)
+    return [
+        DaySpend(d, max(0, totals.get(d.isoformat(), 0)))
+        for d in (first + timedelta(days=n) for n in range(days))
+    ]
 
 
 # -- CSV ---------------------------------------------------------------------------------

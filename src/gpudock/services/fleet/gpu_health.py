@@ -27,6 +27,7 @@ from gpudock.db.models import (
     GpuEventModel,
     GpuFaultModel,
     GpuModel,
+    GpuShareModel,
     GpuState,
     InstanceModel,
     UserModel,
@@ -193,10 +194,14 @@ def _apply(
 def tenants_on(session: Session, gpu_ids: list[str]) -> list[InstanceModel]:
     """Instances holding any of these GPUs, locked (PostgreSQL refuses
     FOR UPDATE with DISTINCT, so duplicates go here)."""
+    holders = (
+        select(GpuAllocationModel.instance_id)
+        .where(GpuAllocationModel.gpu_id.in_(gpu_ids))
+        .union(select(GpuShareModel.instance_id).where(GpuShareModel.gpu_id.in_(gpu_ids)))
+    )
     rows = session.scalars(
         select(InstanceModel)
-        .join(GpuAllocationModel, GpuAllocationModel.instance_id == InstanceModel.id)
-        .where(GpuAllocationModel.gpu_id.in_(gpu_ids))
+        .where(InstanceModel.id.in_(holders))
         .order_by(InstanceModel.id)
         .with_for_update()
     )

@@ -13,13 +13,14 @@ from gpudock.billing.money import format_amount
 from gpudock.db.models import (
     GpuAllocationModel,
     GpuModel,
+    GpuShareModel,
     GpuState,
     HostModel,
     InstanceModel,
     MetaModel,
 )
 from gpudock.gpu.base import HostInfo
-from gpudock.scheduler.placement import GpuSlot, HostCapacity
+from gpudock.scheduler.placement import WHOLE_MILLI, GpuSlot, HostCapacity, SharedGpu
 from gpudock.services.billing import intervals as metering
 from gpudock.services.context import ServiceContext
 
@@ -90,6 +91,8 @@ class ModelSummary:
     hosts: int
     max_per_host: int
     price_per_hour: str | None = None  # per GPU, a decimal string; None: no price set
+    share_free_milli: int = 0  # milli-GPU free for shares, on healthy GPUs not held whole
+    largest_share_milli: int = 0  # the largest share one GPU of this model takes now
 
 
 def gpu_summary(ctx: ServiceContext) -> list[ModelSummary]:
@@ -98,7 +101,7 @@ def gpu_summary(ctx: ServiceContext) -> list[ModelSummary]:
             select(GpuModel)
             .join(HostModel)
             .where(GpuModel.present.is_(True), HostModel.present.is_(True))
-            .options(selectinload(GpuModel.allocation))
+            .options(selectinload(GpuModel.allocation), selectinload(GpuModel.shares))
         ).all()
         prices = metering.gpu_prices(session)
     per_model: dict[str, list[GpuModel]] = defaultdict(list)
@@ -118,13 +121,23 @@ def gpu_summary(ctx: ServiceContext) -> list[ModelSummary]:
                 hosts=len(per_host),
                 max_per_host=max(per_host.values()),
                 price_per_hour=format_amount(prices[model]) if model in prices else None,
+                share_free_milli=sum(share_free(g) for g in members),
+                largest_share_milli=max(share_free(g) for g in members),
             )
         )
     return summaries
 
 
 def _is_free(gpu: GpuModel) -> bool:
-    return gpu.allocation is None and gpu.state == GpuState.HEALTHY
+    """Free to be allocated whole: healthy, held neither whole nor in shares."""
+    return gpu.allocation is None and not gpu.shares and gpu.state == GpuState.HEALTHY
+
+
+def share_free(gpu: GpuModel) -> int:
+    """Milli-GPU a new share may take on this GPU now."""
+    if gpu.allocation is not None or gpu.state != GpuState.HEALTHY or not gpu.present:
+        return 0
+    return WHOLE_MILLI - gpu.shared_milli
 
 
 def list_hosts(ctx: ServiceContext) -> list[HostModel]:
@@ -132,7 +145,10 @@ def list_hosts(ctx: ServiceContext) -> list[HostModel]:
         return list(
             session.scalars(
                 select(HostModel)
-                .options(selectinload(HostModel.gpus).selectinload(GpuModel.allocation))
+                .options(
+                    selectinload(HostModel.gpus).selectinload(GpuModel.allocation),
+                    selectinload(HostModel.gpus).selectinload(GpuModel.shares),
+                )
                 .order_by(HostModel.name)
             )
         )
@@ -143,7 +159,10 @@ def capacity_snapshot(session: Session) -> list[HostCapacity]:
     hosts = session.scalars(
         select(HostModel)
         .where(HostModel.present.is_(True))
-        .options(selectinload(HostModel.gpus).selectinload(GpuModel.allocation))
+        .options(
+            selectinload(HostModel.gpus).selectinload(GpuModel.allocation),
+            selectinload(HostModel.gpus).selectinload(GpuModel.shares),
+        )
     ).all()
     used_cpu: dict[str, float] = defaultdict(float)
     used_mem: dict[str, float] = defaultdict(float)
@@ -164,6 +183,9 @@ def capacity_snapshot(session: Session) -> list[HostCapacity]:
             free_memory_gb=h.memory_gb - used_mem[h.id],
             free_gpus=tuple(_slot(g) for g in h.gpus if g.present and _is_free(g)),
             gpu_models=frozenset(g.model for g in h.gpus if g.present),
+            shared_gpus=tuple(
+                SharedGpu(_slot(g), share_free(g)) for g in h.gpus if g.shares and share_free(g)
+            ),
         )
         for h in hosts
     ]
@@ -175,10 +197,13 @@ def _slot(gpu: GpuModel) -> GpuSlot:
 
 
 def allocated_gpu_ids(session: Session, instance_id: str) -> list[str]:
-    return list(
-        session.scalars(
-            select(GpuAllocationModel.gpu_id)
-            .where(GpuAllocationModel.instance_id == instance_id)
-            .order_by(GpuAllocationModel.gpu_id)
-        )
+    """The GPUs the instance holds, whole or (one) in a share."""
+    whole = session.scalars(
+        select(GpuAllocationModel.gpu_id)
+        .where(GpuAllocationModel.instance_id == instance_id)
+        .order_by(GpuAllocationModel.gpu_id)
     )
+    share = session.scalar(
+        select(GpuShareModel.gpu_id).where(GpuShareModel.instance_id == instance_id)
+    )
+    return [*whole, *([share] if share else [])]

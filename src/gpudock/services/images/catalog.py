@@ -392,6 +392,52 @@ def compatibility_table(
     return table
 
 
+@dataclass(frozen=True)
+class ImageHint:
+    """Whether an image runs on a GPU model here, and what would instead."""
+
+    image: str
+    gpu_model: str | None
+    known: bool  # in the catalog (else the engine is asked at create time)
+    ok: bool  # not refused; `unchecked` says what, if anything, could not be checked
+    reason: str
+    unchecked: str
+    models: list[str]  # GPU models of this fleet that can run the image
+    alternatives: list[str]  # catalog images with CUDA that run on `gpu_model`
+
+
+def image_hint(
+    ctx: ServiceContext, user: UserModel, image: str, gpu_model: str | None, limit: int = 5
+) -> ImageHint:
+    """The create form's hint: the catalog's verdict for `image` on `gpu_model` (no GPU
+    model: no constraint), the fleet's models that can run it, and up to `limit` images
+    that can run on the model. An image outside the catalog is `known=False`."""
+    specs = list_images(ctx, user)
+    table = compatibility_table(ctx, user, specs)
+    row = table.get(image)
+    verdict = row.get(gpu_model, "ok") if row is not None and gpu_model else "ok"
+    unknown = f"{compat.UNKNOWN}: "
+    unchecked = verdict.removeprefix(unknown) if verdict.startswith(unknown) else ""
+    refused = verdict != "ok" and not unchecked
+    alternatives = [
+        s.reference
+        for s in specs
+        if s.reference != image
+        and s.cuda is not None
+        and table[s.reference].get(gpu_model or "") == "ok"
+    ]
+    return ImageHint(
+        image=image,
+        gpu_model=gpu_model,
+        known=row is not None,
+        ok=not refused,
+        reason=verdict if refused else "",
+        unchecked="" if refused else unchecked,
+        models=[m for m, v in (row or {}).items() if v == "ok"],
+        alternatives=alternatives[:limit],
+    )
+
+
 def register_manual(ctx: ServiceContext, user: UserModel, body: dict[str, object]) -> ImageSpec:
     """POST /images: metadata for an image the engine has or can get, under the
     name (normalised) and image id the user may use."""

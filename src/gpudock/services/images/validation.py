@@ -217,6 +217,7 @@ def _smoke(ctx: ServiceContext, reference: str, expect: dict[str, Any]) -> list[
             ["python3", SMOKE_PATH, json.dumps(expect)],
             {SMOKE_PATH: SMOKE.encode()},
             SMOKE_TIMEOUT_S,
+            cluster_id=ctx.cluster_id,
         )
     except GpudockError as exc:
         return [{"check": "run", "ok": False, "detail": exc.message}]

@@ -1,4 +1,4 @@
-"""Instances: the user-facing operations and the one writer of their status."""
+"""Instances: what users ask of them (create, list, start, stop, delete, restart)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.exc import IntegrityError
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import (
     DesiredState,
     GpuAllocationModel,
+    GpuShareModel,
     HostModel,
     InstanceEventModel,
     InstanceModel,
@@ -53,6 +55,18 @@ class InstanceRequest:
     disk_gb: int | None = None
     system_disk_gb: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    gpu_share: Decimal | None = None  # a fraction of one card …
+    gpu_memory_gb: int | None = None  # … or GB of its memory: a share of one GPU
+    gpu_models: tuple[str, ...] = ()  # acceptable besides gpu_model
+
+
+@dataclass(frozen=True)
+class _Priced:
+    """What the funds check prices: the request's shape once sized."""
+
+    gpu_model: str | None
+    gpu_count: int
+    gpu_share_milli: int | None
 
 
 def create_instance(
@@ -77,13 +91,16 @@ def create_instance(
         with ctx.sessions.begin() as session:
             size = sizing.resolve_size(session, ctx.settings, request)
             _check_name_free(session, user, name)
-            billing.check_funds(session, ctx.settings, user.id, request, now)
+            priced = _Priced(request.gpu_model, request.gpu_count, size.gpu_share_milli)
+            billing.check_funds(session, ctx.settings, user.id, priced, now)
             instance = InstanceModel(
                 id=instance_id,
                 name=name,
                 user_id=user.id,
                 gpu_model=request.gpu_model,
                 gpu_count=request.gpu_count,
+                gpu_share_milli=size.gpu_share_milli,
+                gpu_model_choices=",".join(m for m in request.gpu_models if m != request.gpu_model),
                 image=image,
                 system_image=image,
                 cpu=size.cpu,
@@ -188,7 +205,12 @@ def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceV
         rows = session.execute(
             select(GpuAllocationModel.instance_id, GpuAllocationModel.gpu_id)
             .where(GpuAllocationModel.instance_id.in_(ids))
-            .order_by(GpuAllocationModel.gpu_id)
+            .union_all(
+                select(GpuShareModel.instance_id, GpuShareModel.gpu_id).where(
+                    GpuShareModel.instance_id.in_(ids)
+                )
+            )
+            .order_by("gpu_id")
         ).all()
         host_names = dict(session.execute(select(HostModel.id, HostModel.name)).all())
     gpus: dict[str, list[str]] = {i: [] for i in ids}

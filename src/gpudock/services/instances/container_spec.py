@@ -69,16 +69,42 @@ def user_env(instance: InstanceModel) -> dict[str, str]:
     }
 
 
+SHARE_HOOK_PATH = "/usr/local/lib/gpudock/libvgpu.so"
+LD_SO_PRELOAD = "/etc/ld.so.preload"
+
+
+def share_env(settings: Settings, milli: int, gpu_memory_mb: int) -> dict[str, str]:
+    """What a share's workload is told of its limits. With HAMi-core configured
+    (`GPUDOCK_SHARE_HOOK_LIBRARY`) the CUDA_DEVICE_* limits are enforced in
+    every process; without it they are only advertised, and the allocator is
+    set up to return memory (the watchdog holds the line)."""
+    limit_mib = gpu_memory_mb * milli // 1000
+    env = {
+        "GPUDOCK_GPU_SHARE": f"{milli / 1000:.3f}",
+        "GPUDOCK_GPU_MEMORY_LIMIT": f"{limit_mib}m",
+    }
+    if settings.share_hook_library is not None:
+        env["CUDA_DEVICE_MEMORY_LIMIT"] = f"{limit_mib}m"
+        env["CUDA_DEVICE_SM_LIMIT"] = str(max(1, milli // 10))
+    else:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True,garbage_collection_threshold:0.8"
+    return env
+
+
 def build_spec(
     settings: Settings,
     cluster_id: str,
     instance: InstanceModel,
     host: HostModel,
     gpu_uuids: list[str],
+    gpu_memory_mb: int = 0,
 ) -> ContainerSpec:
+    """`gpu_memory_mb`: the card's memory, for a share's limits."""
     gpus = ",".join(gpu_uuids)
+    share = instance.gpu_share_milli
     env = {
         **user_env(instance),
+        **(share_env(settings, share, gpu_memory_mb) if share is not None else {}),
         "GPUDOCK_INSTANCE_ID": instance.id,
         "GPUDOCK_INSTANCE_NAME": instance.name,
         "GPUDOCK_GPUS": gpus,

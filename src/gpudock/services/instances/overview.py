@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, func, select
 
-from gpudock.db.models import GpuAllocationModel, InstanceModel, InstanceStatus, UserModel
+from gpudock.db.models import (
+    GpuAllocationModel,
+    GpuShareModel,
+    InstanceModel,
+    InstanceStatus,
+    UserModel,
+)
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances.actions import InstanceView
@@ -106,7 +112,9 @@ def gpu_tenants(ctx: ServiceContext) -> dict[str, tuple[str, str]]:
             select(InstanceModel.id, InstanceModel.name, UserModel.name)
             .join(UserModel, UserModel.id == InstanceModel.user_id)
             .where(
-                InstanceModel.id.in_(select(GpuAllocationModel.instance_id).distinct()),
+                InstanceModel.id.in_(
+                    select(GpuAllocationModel.instance_id).union(select(GpuShareModel.instance_id))
+                ),
             )
         ).all()
     return {instance_id: (name, owner) for instance_id, name, owner in rows}

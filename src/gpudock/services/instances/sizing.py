@@ -5,14 +5,17 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Protocol
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import GpuModel, HostModel
 from gpudock.errors import InvalidRequest
 from gpudock.settings import Settings
+
+MILLI_PER_GPU = 1000
 
 
 class SizeRequest(Protocol):
@@ -36,6 +39,15 @@ class SizeRequest(Protocol):
     @property
     def system_disk_gb(self) -> int | None: ...
 
+    @property
+    def gpu_share(self) -> Decimal | None: ...
+
+    @property
+    def gpu_memory_gb(self) -> int | None: ...
+
+    @property
+    def gpu_models(self) -> tuple[str, ...]: ...
+
 
 @dataclass(frozen=True)
 class Size:
@@ -43,6 +55,7 @@ class Size:
     memory_gb: int
     disk_gb: int
     system_disk_gb: int
+    gpu_share_milli: int | None = None  # a share of one GPU; None: whole GPUs
 
 
 @dataclass(frozen=True)
@@ -75,12 +88,16 @@ def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> 
     if request.gpu_count > 0 and request.gpu_model is None:
         raise InvalidRequest("gpu_model is required when gpu_count > 0", field="gpu_model")
     shapes = _shapes(session, request.gpu_model)
-    if request.gpu_model is not None and not any(s.gpus for s in shapes):
-        raise InvalidRequest(
-            f"unknown GPU model {request.gpu_model!r}; available: "
-            f"{', '.join(known_models(session)) or 'none'}",
-            field="gpu_model",
-        )
+    for model in (m for m in (request.gpu_model, *request.gpu_models) if m):
+        if not any(s.gpus for s in _shapes(session, model)):
+            raise InvalidRequest(
+                f"unknown GPU model {model!r}; available: "
+                f"{', '.join(known_models(session)) or 'none'}",
+                field="gpu_model",
+            )
+    share = _share_milli(session, request)
+    if share is not None:
+        return _share_size(settings, request, shapes, share)
     if not shapes:
         raise InvalidRequest("no hosts are available", field="gpu_model")
     if request.gpu_count > 0:
@@ -136,3 +153,58 @@ def _check_system_disk(asked: int | None, settings: Settings) -> int:
             f"system_disk_gb must be 1..{settings.max_system_disk_gb}", field="system_disk_gb"
         )
     return value
+
+
+def _share_milli(session: Session, request: SizeRequest) -> int | None:
+    """A share of one GPU in milli-GPU (rounded up: the tenant never gets less),
+    from a fraction of the card or from GB of its memory; None: whole GPUs."""
+    if request.gpu_share is None and request.gpu_memory_gb is None:
+        return None
+    if request.gpu_share is not None and request.gpu_memory_gb is not None:
+        raise InvalidRequest(
+            "give either gpu_share (a fraction of the card) or gpu_memory_gb, not both",
+            field="gpu_share",
+        )
+    if request.gpu_model is None or request.gpu_count != 1:
+        raise InvalidRequest(
+            "a share is of one GPU: give gpu_model and gpu_count 1 (or leave it out)",
+            field="gpu_count",
+        )
+    if request.gpu_share is not None:
+        milli = math.ceil(request.gpu_share * MILLI_PER_GPU)
+        field = "gpu_share"
+    else:
+        assert request.gpu_memory_gb is not None
+        card_mb = min(_card_memory_mb(session, m) for m in (request.gpu_model, *request.gpu_models))
+        milli = math.ceil(Decimal(request.gpu_memory_gb * 1024 * MILLI_PER_GPU) / card_mb)
+        field = "gpu_memory_gb"
+    if not 0 < milli < MILLI_PER_GPU:
+        raise InvalidRequest(
+            "a share is more than nothing and less than the whole card: ask for whole GPUs "
+            "with gpu_count instead",
+            field=field,
+        )
+    return milli
+
+
+def _card_memory_mb(session: Session, model: str) -> int:
+    found = session.scalar(select(func.min(GpuModel.memory_mb)).where(GpuModel.model == model))
+    return int(found or 1)
+
+
+def _share_size(
+    settings: Settings, request: SizeRequest, shapes: list[_HostShape], milli: int
+) -> Size:
+    """Defaults for a share: its fraction of a GPU's part of the host (at
+    least what a no-GPU instance gets)."""
+    fitting = [s for s in shapes if s.gpus]
+    fraction = milli / MILLI_PER_GPU
+    cpu = max(settings.no_gpu_cpu, min(s.cpus / s.gpus for s in fitting) * fraction)
+    memory = max(1, int(min(s.memory_gb // s.gpus for s in fitting) * fraction))
+    return Size(
+        cpu=_check_cpu(request.cpu, cpu, fitting),
+        memory_gb=_check_memory(request.memory_gb, memory, fitting),
+        disk_gb=_check_disk(request.disk_gb, settings),
+        system_disk_gb=_check_system_disk(request.system_disk_gb, settings),
+        gpu_share_milli=milli,
+    )

@@ -14,7 +14,7 @@ from gpudock.services.context import ServiceContext
 from gpudock.services.ssh import key_proof as ssh_key_proof
 from gpudock.services.ssh import keys as ssh_keys
 from gpudock.services.ssh.key_proof import Challenge, KeyProof
-from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render
+from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, form_error, redirect, render
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 
@@ -40,8 +40,7 @@ def _page(
         unproven=[k for k in keys if k.verified_at is None],
         challenge=challenge,
         sign_command=challenge.sign_command(),
-        error=error.message if error else None,
-        error_field=(error.field or "form") if error else None,
+        **form_error(error),
         form=form or {},
     )
 

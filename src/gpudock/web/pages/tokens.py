@@ -11,7 +11,7 @@ from gpudock.services.accounts import tokens
 from gpudock.services.accounts.logins import WebSession
 from gpudock.services.accounts.tokens import NewToken
 from gpudock.services.context import ServiceContext
-from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render
+from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, form_error, redirect, render
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 EXPIRY_CHOICES = ("7d", "30d", "90d", "365d", "")  # "": never
@@ -34,8 +34,7 @@ def _page(
         status_code,
         tokens=tokens.list_tokens(ctx, viewer.user),
         created=created,
-        error=error.message if error else None,
-        error_field=(error.field or "form") if error else None,
+        **form_error(error),
         form=form or {"expires_in": "90d"},
         choices=EXPIRY_CHOICES,
     )

@@ -18,7 +18,7 @@ from gpudock.web.deps import (
     redirect,
     render,
 )
-from gpudock.web.pages_admin import hosts_values
+from gpudock.web.pages.admin import hosts_values
 
 router = APIRouter(prefix="/admin", route_class=ConsoleRoute, include_in_schema=False)
 RECENT_FAULTS = 50

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Form, Request, Response
 from gpudock.billing.money import format_amount
 from gpudock.db.models import InstanceModel, UserModel
 from gpudock.errors import Conflict, InvalidRequest, NotFound, PaymentRequired
-from gpudock.services import web_queries
 from gpudock.services.accounts import users
 from gpudock.services.accounts.logins import WebSession
 from gpudock.services.billing import balances
@@ -17,11 +16,20 @@ from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import inventory
 from gpudock.services.images import catalog as image_catalog
 from gpudock.services.instances import actions as instances
-from gpudock.services.instances import overview
+from gpudock.services.instances import overview, usage
 from gpudock.services.instances.actions import InstanceRequest
 from gpudock.services.ssh import endpoint as ssh_endpoint
 from gpudock.services.ssh import sessions as ssh_sessions
-from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render
+from gpudock.web.deps import (
+    ConsoleRoute,
+    Context,
+    CsrfViewer,
+    Meter,
+    Viewer,
+    form_error,
+    redirect,
+    render,
+)
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 ACTIONS = {
@@ -40,14 +48,14 @@ def _available(ctx: ServiceContext, user: UserModel) -> str:
 
 
 def _estimate_per_hour(ctx: ServiceContext, gpu_model: str | None, gpu_count: int) -> str:
-    estimate = web_queries.estimate(ctx, gpu_model, gpu_count)
+    estimate = balances.estimate(ctx, gpu_model, gpu_count)
     return f"{format_amount(estimate.per_hour)} {ctx.settings.currency}"
 
 
 def _image_hint(
     ctx: ServiceContext, user: UserModel, image: str, gpu_model: str | None
-) -> web_queries.ImageHint | None:
-    return web_queries.image_hint(ctx, user, image, gpu_model) if image else None
+) -> image_catalog.ImageHint | None:
+    return image_catalog.image_hint(ctx, user, image, gpu_model) if image else None
 
 
 def _owners(ctx: ServiceContext, viewer: WebSession) -> dict[str, str]:
@@ -108,8 +116,7 @@ def _form(
         status_code,
         models=models,
         values=values,
-        error=error.message if error else None,
-        error_field=(error.field or "form") if error else None,
+        **form_error(error),
         hint=_image_hint(ctx, viewer.user, values["image"], values["gpu_model"] or None),
         image_choices=[(i.reference, i.name) for i in image_catalog.list_images(ctx, viewer.user)],
         **_availability_values(ctx, models, values["gpu_model"], values["gpu_count"]),
@@ -241,11 +248,13 @@ def instance_live(request: Request, ctx: Context, viewer: Viewer, instance_id: s
 
 
 @router.get("/instances/{instance_id}/usage")
-def instance_usage(request: Request, ctx: Context, viewer: Viewer, instance_id: str) -> Response:
+def instance_usage(
+    request: Request, ctx: Context, viewer: Viewer, meter: Meter, instance_id: str
+) -> Response:
     """CPU, memory and processes now, polled by htmx every 2 s; empty unless running."""
-    usage = web_queries.instance_usage(ctx, viewer.user, instance_id)
+    now = usage.instance_usage(ctx, viewer.user, instance_id, meter)
     return render(
-        request, "fragments/instance_usage.html", viewer, instance_id=instance_id, usage=usage
+        request, "fragments/instance_usage.html", viewer, instance_id=instance_id, usage=now
     )
 
 

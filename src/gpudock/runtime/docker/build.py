@@ -1,4 +1,4 @@
-"""Runs a build plan (`gpudock.images.dockerfile`) on the Docker Engine.
+"""Runs a build plan (`gpudock.runtime.build.plan`) on the Docker Engine.
 
 Each step that makes a layer gets a container of its own, hardened exactly as
 an instance's (all capabilities dropped but the allow-list, no-new-privileges,

@@ -12,7 +12,7 @@ from gpudock.services.accounts.logins import WebSession
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import builds as image_builds
 from gpudock.services.images import catalog as images
-from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, redirect, render
+from gpudock.web.deps import ConsoleRoute, Context, CsrfViewer, Viewer, form_error, redirect, render
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 MAX_DOCKERFILE = 64 * 1024
@@ -28,8 +28,7 @@ def _page(
 ) -> Response:
     found = images.list_images(ctx, viewer.user)
     defaults: dict[str, Any] = {
-        "error": None,
-        "error_field": None,
+        **form_error(None),
         "form": {"dockerfile": f"FROM {ctx.settings.default_image}\n"},
         "log": [],
         "built": None,
@@ -75,8 +74,7 @@ def build_image(
                 tail = log[-MAX_LOG_LINES:]
                 return _page(request, ctx, viewer, 201, built=built, log=tail)
     except (InvalidRequest, Conflict, Forbidden) as exc:
-        values = {"error": exc.message, "error_field": exc.field or "form", "log": log}
-        return _page(request, ctx, viewer, 422, form=form, **values)
+        return _page(request, ctx, viewer, 422, form=form, log=log, **form_error(exc))
     raise InvalidRequest("the build ended without an image")  # pragma: no cover
 
 

@@ -1,7 +1,8 @@
 """Attached exec streams: the SSH gateway's data path into containers.
 
-`DockerRuntime` calls these inside its error translation; docker-py exceptions
-raised here are translated there.
+`DockerRuntime` calls these inside its error translation
+(`gpudock.runtime.docker.translate`); docker-py exceptions raised here are
+translated there.
 
 Two paths, chosen per stream by `ExecStreams`:
 

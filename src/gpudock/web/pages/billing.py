@@ -11,7 +11,6 @@ from fastapi.responses import StreamingResponse
 
 from gpudock.billing.money import format_amount, parse_amount
 from gpudock.errors import InvalidRequest
-from gpudock.services import web_queries
 from gpudock.services.accounts.logins import WebSession
 from gpudock.services.billing import balances as billing
 from gpudock.services.billing import statements
@@ -36,7 +35,7 @@ def _since(ctx: ServiceContext, days: int) -> datetime:
 
 def _values(ctx: ServiceContext, viewer: WebSession, days: int) -> dict[str, Any]:
     user = viewer.user
-    spend = web_queries.daily_spend(ctx, user, days)
+    spend = statements.daily_spend(ctx, user, days)
     usage = statements.usage(ctx, user, _since(ctx, days), None)
     top = sorted(usage, key=lambda u: u.amount, reverse=True)[:USAGE_BARS]
     return {
@@ -56,7 +55,7 @@ def _values(ctx: ServiceContext, viewer: WebSession, days: int) -> dict[str, Any
         "usage_chart": charts.bar_chart(
             [(u.instance_name or u.instance_id, u.amount) for u in top], format_amount
         ),
-        "lines": web_queries.latest_lines(ctx, user, LEDGER_LINES),
+        "lines": statements.latest_lines(ctx, user, LEDGER_LINES),
         "budget_error": None,
     }
 

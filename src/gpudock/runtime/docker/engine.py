@@ -1,0 +1,254 @@
+"""`DockerRuntime`: the `Runtime` seam over one Docker Engine (a local socket
+or a remote engine), composed of one collaborator per kind of object.
+
+Each collaborator talks to the engine through the same low-level docker-py
+`APIClient` and translates its errors (`translate.translated`); this class
+only composes them where one call touches several kinds (a container joins
+a tenant network and mounts a volume).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import docker
+
+from gpudock.runtime.base import (
+    LABEL_MANAGED,
+    BuildJob,
+    BuildLine,
+    ContainerSpec,
+    ContainerState,
+    ContainerStats,
+    EngineInfo,
+    ExecResult,
+    ExecStream,
+    ImageInfo,
+    ImageNotFound,
+    NetworkState,
+    VolumeState,
+)
+from gpudock.runtime.docker import checks
+from gpudock.runtime.docker.build import DockerBuilder
+from gpudock.runtime.docker.containers import ALLOWED_CAPABILITIES, DockerContainers
+from gpudock.runtime.docker.exec import ExecStreams, engine_is_local
+from gpudock.runtime.docker.images import DockerImages
+from gpudock.runtime.docker.networks import DockerNetworks, HostFirewall, is_tenant_network
+from gpudock.runtime.docker.translate import translated
+from gpudock.runtime.docker.volumes import DockerVolumes, LoopVolumes
+
+DEFAULT_COPY_TIMEOUT_S = 24 * 3600.0
+
+
+def connect(base_url: str | None, timeout_s: float, pool_size: int) -> docker.APIClient:
+    """docker-py's low-level client; `RuntimeUnavailable` if the engine does not answer.
+    Without `base_url`, docker-py's `from_env` finds the engine as the `docker`
+    command would (DOCKER_HOST, the TLS variables, the current context)."""
+    with translated("connect to the Docker Engine"):
+        if base_url:
+            return docker.APIClient(
+                base_url=base_url, timeout=int(timeout_s), max_pool_size=pool_size
+            )
+        return docker.from_env(timeout=int(timeout_s), max_pool_size=pool_size).api
+
+
+class DockerRuntime:
+    """Implements `gpudock.runtime.base.Runtime` over one Docker Engine, and
+    what `gpudock.images.base_image` needs to import the base image
+    (`import_rootfs`, `remove_image_if_unused`)."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        timeout_s: float = 120.0,
+        pool_size: int = 16,
+        volume_root: Path | None = None,
+        host_firewall: bool = True,
+        copy_timeout_s: float = DEFAULT_COPY_TIMEOUT_S,
+    ) -> None:
+        """`timeout_s`: each engine call's. `volume_root`: where size-limited data
+        volumes live on the Docker host (see `runtime.docker.volumes`); None:
+        volumes without a size limit. `host_firewall`: keep tenant networks from
+        connecting to this host (a local engine only; see `runtime.docker.networks`).
+        `copy_timeout_s`: a volume copy's time limit (see `copy_volume`)."""
+        self._api = connect(base_url, timeout_s, pool_size)
+        self._engine_cpus: int | None = None
+        self._images = DockerImages(self._api)
+        self._containers = DockerContainers(self._api)
+        self._networks = DockerNetworks(self._api)
+        loop = LoopVolumes(volume_root, timeout_s) if volume_root else None
+        self._volumes = DockerVolumes(self._api, loop, copy_timeout_s)
+        local = engine_is_local(base_url)
+        self._exec_streams = ExecStreams(self._api, local=local)
+        firewall = HostFirewall() if host_firewall and local else None
+        if firewall is not None and firewall.install():
+            firewall.cover_bridges(self._networks.tenant_bridges())
+
+    def close(self) -> None:
+        self._api.close()
+
+    # -- engine and images -------------------------------------------------
+    def engine_info(self) -> EngineInfo:
+        with translated("read the engine's info"):
+            info = self._api.info()
+        return EngineInfo(
+            cpus=int(info.get("NCPU", 1)),
+            memory_bytes=int(info.get("MemTotal", 0)),
+            server_version=str(info.get("ServerVersion", "")),
+        )
+
+    def image_present(self, ref: str) -> bool:
+        return self._images.present(ref)
+
+    def image_pullable(self, ref: str) -> bool:
+        return self._images.pullable(ref)
+
+    def ensure_image(self, ref: str) -> None:
+        self._images.ensure(ref)
+
+    def image_info(self, ref: str) -> ImageInfo | None:
+        return self._images.info(ref)
+
+    def image_size(self, ref: str) -> int | None:
+        return self._images.size(ref)
+
+    def remove_image(self, ref: str) -> None:
+        self._images.remove(ref)
+
+    def commit_container(
+        self, container_id: str, repository: str, tag: str, labels: dict[str, str] | None = None
+    ) -> str:
+        return self._containers.commit(container_id, repository, tag, labels)
+
+    def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
+        return DockerBuilder(self._api, self._cpus(), ALLOWED_CAPABILITIES).run(job)
+
+    # -- the base image (gpudock.images.base_image) --------------------------
+    def import_rootfs(self, tar_chunks: Iterable[bytes], tag: str, changes: list[str]) -> str:
+        """Import a root file system's tar, read as it streams, as image `tag`."""
+        return self._images.import_rootfs(tar_chunks, tag, changes)
+
+    def remove_image_if_unused(self, ref: str) -> None:
+        """Remove the image; `RuntimeFailure` if a container still uses it."""
+        self._images.remove_if_unused(ref)
+
+    # -- volumes -----------------------------------------------------------
+    def ensure_volume(self, name: str, labels: dict[str, str], size_gb: int | None = None) -> None:
+        self._volumes.ensure(name, labels, size_gb)
+
+    def remove_volume(self, name: str) -> None:
+        self._volumes.remove(name)
+
+    def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
+        return self._volumes.with_labels(labels)
+
+    def copy_volume(
+        self,
+        source: str,
+        target: str,
+        *,
+        image: str,
+        helper_name: str,
+        labels: dict[str, str],
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        return self._volumes.copy(
+            source,
+            target,
+            image=image,
+            helper_name=helper_name,
+            labels=labels,
+            on_progress=on_progress,
+        )
+
+    # -- containers --------------------------------------------------------
+    def create_container(self, spec: ContainerSpec) -> ContainerState:
+        self._volumes.ensure_mounted(spec.volume_name)
+        cpus = self._cpus()
+        with self._networks.joining(spec.network, spec.network_labels):
+            try:
+                return self._containers.create(spec, cpus)
+            except ImageNotFound:
+                self._images.forget(spec.image)
+                raise
+
+    def start_container(self, container_id: str) -> ContainerState:
+        return self._containers.start(container_id)
+
+    def stop_container(self, container_id: str, timeout_s: int) -> ContainerState | None:
+        return self._containers.stop(container_id, timeout_s)
+
+    def remove_container(self, container_id: str, *, keep_network: bool = False) -> None:
+        attrs = self._containers.remove(container_id)
+        if attrs is None or keep_network:
+            return
+        network = str((attrs.get("HostConfig") or {}).get("NetworkMode") or "")
+        labels = (attrs.get("Config") or {}).get("Labels") or {}
+        if labels.get(LABEL_MANAGED) == "true" and is_tenant_network(network):
+            self._networks.remove(network)
+
+    def inspect_container(self, name_or_id: str) -> ContainerState | None:
+        return self._containers.inspect(name_or_id)
+
+    def list_containers(self, labels: dict[str, str]) -> list[ContainerState]:
+        return self._containers.with_labels(labels)
+
+    def limits_system_disks(self) -> bool:
+        return self._containers.limits_system_disks()
+
+    def writable_layer_bytes(self, container_id: str) -> int | None:
+        return self._containers.writable_layer_bytes(container_id)
+
+    def exec_in_container(self, container_id: str, command: list[str]) -> ExecResult:
+        return self._containers.exec(container_id, command)
+
+    def put_file(self, container_id: str, path: str, data: bytes, mode: int = 0o755) -> None:
+        self._containers.put_file(container_id, path, data, mode)
+
+    def run_once(
+        self,
+        image: str,
+        command: list[str],
+        files: dict[str, bytes],
+        timeout_s: float,
+        *,
+        cluster_id: str,
+    ) -> ExecResult:
+        return checks.run_once(
+            self._api, image, command, files, timeout_s=timeout_s, cluster_id=cluster_id
+        )
+
+    def container_stats(self, container_id: str) -> ContainerStats | None:
+        return self._containers.stats(container_id)
+
+    def _cpus(self) -> int:
+        # The engine refuses a CPU limit above its own core count.
+        if self._engine_cpus is None:
+            self._engine_cpus = self.engine_info().cpus
+        return self._engine_cpus
+
+    # -- tenant networks --------------------------------------------
+    def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        self._networks.ensure(name, labels)
+
+    def remove_network(self, name: str) -> None:
+        self._networks.remove(name)
+
+    def list_networks(self, labels: dict[str, str]) -> list[NetworkState]:
+        return self._networks.with_labels(labels)
+
+    # -- exec streams (the SSH gateway) -------------------------------
+    def open_exec_stream(
+        self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
+    ) -> ExecStream:
+        with translated(f"start a session in container {container_id}"):
+            return self._exec_streams.open(container_id, command, tty, env)
+
+    def resize_exec(self, exec_id: str, width: int, height: int) -> None:
+        with translated(f"resize the terminal of exec {exec_id}"):
+            self._exec_streams.resize(exec_id, width, height)
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        with translated(f"inspect exec {exec_id}"):
+            return self._exec_streams.exit_code(exec_id)
