@@ -1,21 +1,35 @@
 """gpudock's own placement policy (the default, named "gpudock").
 
-1. Loss. Each candidate (node, GPUs) is charged the expected usable capacity
-   it strands (`UsableCapacity`: FGD's idea with CPU and memory counted, over a
-   workload learned online). Losses closer than `resolution` milli count as
-   equal: the estimate is not finer than that, and an exact argmin would
-   scatter requests over nodes on noise.
-2. Packing among equals: the node with least free GPU first (most used), so
-   that whole nodes stay whole for 8-GPU requests; then, for a share, the GPU
-   left with least free; then a seeded order of node names. No rule depends on
-   the order in which nodes are listed.
-3. Admission. A share that would open a fully free GPU and leave a hole that
-   few requests fit (less than `poor_hole_mass` of the estimated workload) is
-   held back while fully free GPUs are scarce, i.e. fewer than the whole-GPU
-   requests' part of the demand would need to fill the idle capacity that is
-   left. Such a share waits instead of spending a GPU that a whole-GPU request
-   could use in full. `may_defer=False` (the wait queue's anti-starvation rule)
-   turns this off for one request.
+1. Loss, in milli-GPU. Each candidate (node, GPUs) is charged
+   a. the expected usable capacity it takes away (`UsableCapacity`: FGD's idea
+      with CPU and memory counted, over a workload learned online), and
+   b. the GPU it strands for the requests the node is meant for: the workload's
+      GPU demand, sorted by CPU (and memory) per GPU, is laid onto the fleet's
+      GPUs sorted the same way, so each node is meant for requests of some CPU
+      per GPU; a request that eats more of a node's CPU than those would leaves
+      GPUs without CPU (`UsableCapacity.balanced`).
+   Losses closer than `resolution` milli count as equal: the estimate is not
+   finer than that.
+2. Multi-GPU capacity is kept when it runs short. For each multi-GPU request
+   class, if the capacity it could use is less than its part of the demand that
+   would fill the idle rest (times MULTI_GPU_MARGIN: all other requests eat that
+   capacity too), candidates that take from it come after all others.
+3. Packing among equals: the node with least free GPU first (most used); then,
+   for a share, the GPU left with least free; then a seeded order of node
+   names. No rule depends on the order in which nodes are listed.
+4. Admission. A share that would open a fully free GPU and leave a hole that
+   few requests fit (less than `poor_hole_mass` of the estimated workload; an
+   810-milli share leaves 190) may be held back, so that a whole-GPU request
+   can use that GPU in full, but only while the GPU demand refused at arrival
+   (held back, or fitting nowhere) is below the idle capacity already lost in
+   such poor holes: the two ways to lose capacity are kept even, since which of
+   them costs more depends on how much more demand comes. Held-back requests
+   wait (in a replay without a queue they fail); `may_defer=False` (the wait
+   queue's anti-starvation rule) places one regardless.
+
+Scores depend only on a node's state and the request's class, so they are
+computed once per (request class, node state) and kept until the workload
+estimate re-ranks (`_Scores`, `nodestates`).
 """
 
 from __future__ import annotations
@@ -32,8 +46,10 @@ from gpudock.scheduler.usable import FloatArray, UsableCapacity, share_after
 from gpudock.scheduler.workload import ClassKey, WorkloadEstimate, class_key
 
 SLOTS = 3  # GPUs scored per node for a share: see `share_candidates`
-Scorer = Callable[[IntArray, Demand], tuple[FloatArray, IntArray]]
 CACHED_CLASSES = 256  # request classes whose scores are kept; beyond, the oldest go
+MULTI_GPU_MARGIN = 2.0  # see 2. above
+Scored = tuple[FloatArray, IntArray, IntArray]  # loss, candidate free milli, multi-GPU bits
+Scorer = Callable[[IntArray, Demand], Scored]
 
 
 class HousePolicy:
@@ -52,17 +68,29 @@ class HousePolicy:
         self._states = NodeStates(snapshot)
         self._usable = UsableCapacity(snapshot, self._workload, self._states)
         self._scores = _Scores(self._states.capacity)
-        self._whole_usable = np.zeros(snapshot.size)  # per node, see _whole_gpus_scarce
-        self._whole_at: tuple[object, int] = (None, -1)  # (model version, snapshot clock)
         self._rank = seeded_order(snapshot, seed)
         self._resolution = resolution
         self._poor_hole_mass = poor_hole_mass
         self._admission = admission
+        self._arrival: Demand | None = None  # the demand last observed, until chosen
+        self._refused = 0  # GPU milli of arrivals not placed when they arrived
+        self._whole_usable = np.zeros((snapshot.size, 0))  # per node and whole-GPU class
+        self._whole_at: tuple[object, int] = (None, -1)  # (model version, snapshot clock)
 
     def observe(self, demand: Demand) -> None:
         self._workload.observe(demand)
+        self._arrival = demand
 
     def choose(self, demand: Demand, *, may_defer: bool = True) -> Assignment | None:
+        arrival = demand is self._arrival
+        if arrival:
+            self._arrival = None
+        choice = self._choose(demand, may_defer and self._admission and arrival)
+        if choice is None and arrival:
+            self._refused += demand.total_milli
+        return choice
+
+    def _choose(self, demand: Demand, may_hold: bool) -> Assignment | None:
         nodes = np.flatnonzero(self._snap.feasible(demand))
         if not len(nodes):
             return None
@@ -71,26 +99,34 @@ class HousePolicy:
         self._usable.refresh()
         self._scores.follow(self._usable.version)
         if demand.is_share:
-            choice = self._choose_share(nodes, demand)
-            if may_defer and self._admission and self._holds_back(choice):
-                return None
-            return choice
+            return self._choose_share(nodes, demand, may_hold)
         node = self._choose_node(nodes, demand)
         return Assignment(node, best_fit_gpus(self._snap, node, demand), demand)
 
-    # -- scoring, once per (request class, node state) -------------------------------
     def _choose_node(self, nodes: IntArray, demand: Demand) -> int:
         ids = self._states.ids[nodes]
-        loss, _ = self._scores.lookup(class_key(demand), ids, nodes, demand, self._score_node)
-        keys = (self._coarse(loss[:, 0]), self._snap.gpu_free[nodes].sum(1))
+        loss, _, bits = self._scores.lookup(class_key(demand), ids, nodes, demand, self._score_node)
+        keys = (
+            (bits[:, 0] & self._short_bits()) != 0,
+            self._coarse(loss[:, 0]),
+            self._snap.gpu_free[nodes].sum(1),
+        )
         return int(nodes[self._best_row(nodes, keys)])
 
-    def _choose_share(self, nodes: IntArray, demand: Demand) -> Assignment:
+    def _choose_share(self, nodes: IntArray, demand: Demand, may_hold: bool) -> Assignment | None:
         ids = self._states.ids[nodes]
-        loss, gap = self._scores.lookup(class_key(demand), ids, nodes, demand, self._score_share)
+        loss, gap, bits = self._scores.lookup(
+            class_key(demand), ids, nodes, demand, self._score_share
+        )
         rows, slots = np.nonzero(gap >= 0)
         cand, hole = nodes[rows], gap[rows, slots]
+        if may_hold and self._may_hold_back(demand):
+            used = hole < MILLI_PER_GPU  # candidates that open no fully free GPU
+            if not used.any():
+                return None
+            rows, slots, cand, hole = rows[used], slots[used], cand[used], hole[used]
         keys = (
+            (bits[rows, slots] & self._short_bits()) != 0,
             self._coarse(loss[rows, slots]),
             self._snap.gpu_free[cand].sum(1),
             hole - demand.milli,
@@ -100,20 +136,31 @@ class HousePolicy:
         gpu = int(np.argmax(self._snap.gpu_free[node] == hole[pick]))
         return Assignment(node, (gpu,), demand)
 
-    def _score_node(self, nodes: IntArray, demand: Demand) -> tuple[FloatArray, IntArray]:
+    def _coarse(self, loss: FloatArray) -> FloatArray:
+        return np.asarray(np.round(loss / self._resolution), np.float64)
+
+    def _best_row(self, nodes: IntArray, keys: tuple[np.ndarray, ...]) -> int:
+        """Row with the smallest keys, compared in order, ties to the seeded order."""
+        order = np.lexsort((self._rank[nodes], *reversed(keys)))
+        return int(order[0])
+
+    # -- scoring, once per (request class, node state) -------------------------------
+    def _score_node(self, nodes: IntArray, demand: Demand) -> Scored:
         snap, usable = self._snap, self._usable
         before, idle = usable.of_states(nodes)
+        free = snap.gpu_free[nodes]
         after = usable.usable_of(
             nodes,
             idle - demand.gpus * MILLI_PER_GPU,
-            (snap.gpu_free[nodes] >= MILLI_PER_GPU).sum(1) - demand.gpus,
+            (free >= MILLI_PER_GPU).sum(1) - demand.gpus,
             snap.cpu_free[nodes] - demand.cpu_milli,
             snap.mem_free[nodes] - demand.memory_mib,
         )
-        loss = self._loss(before, after)[:, None]
-        return loss, np.zeros(loss.shape, np.int64)
+        loss = self._loss(before, after) + self._strands(nodes, demand, free.sum(1))
+        bits = self._bits(before, after)[:, None]
+        return loss[:, None], np.zeros((len(nodes), 1), np.int64), bits
 
-    def _score_share(self, nodes: IntArray, demand: Demand) -> tuple[FloatArray, IntArray]:
+    def _score_share(self, nodes: IntArray, demand: Demand) -> Scored:
         snap, usable = self._snap, self._usable
         before, idle = usable.of_states(nodes)
         free = snap.gpu_free[nodes]
@@ -129,8 +176,12 @@ class HousePolicy:
             snap.mem_free[cand] - demand.memory_mib,
         )
         loss = np.full(gaps.shape, np.inf)
-        loss[rows, slots] = self._loss(before[rows], after)
-        return loss, gaps
+        loss[rows, slots] = self._loss(before[rows], after) + self._strands(
+            cand, demand, free[rows].sum(1)
+        )
+        bits = np.zeros(gaps.shape, np.int64)
+        bits[rows, slots] = self._bits(before[rows], after)
+        return loss, gaps, bits
 
     def _loss(self, before: FloatArray, after: FloatArray) -> FloatArray:
         """Expected usable capacity each candidate (row) loses."""
@@ -138,57 +189,71 @@ class HousePolicy:
             return np.zeros(len(before))
         return np.asarray((before - after) @ self._usable.weights, np.float64)
 
-    def _coarse(self, loss: FloatArray) -> FloatArray:
-        return np.asarray(np.round(loss / self._resolution), np.float64)
+    def _strands(self, nodes: IntArray, demand: Demand, gpu: IntArray) -> FloatArray:
+        """GPU milli that `demand` on `nodes` strands, beyond what it takes, for the
+        requests meant for those nodes (see UsableCapacity.balanced)."""
+        snap, u = self._snap, self._usable
+        cpu, mem = snap.cpu_free[nodes], snap.mem_free[nodes]
+        before = u.balanced(nodes, gpu, cpu, mem)
+        after = u.balanced(
+            nodes, gpu - demand.total_milli, cpu - demand.cpu_milli, mem - demand.memory_mib
+        )
+        return np.maximum(before - after - demand.total_milli, 0.0)
 
-    def _best_row(self, nodes: IntArray, keys: tuple[np.ndarray, ...]) -> int:
-        """Row with the smallest keys, compared in order, ties to the seeded order."""
-        order = np.lexsort((self._rank[nodes], *reversed(keys)))
-        return int(order[0])
+    def _bits(self, before: FloatArray, after: FloatArray) -> IntArray:
+        """Per candidate, a bit for each multi-GPU class whose usable capacity it lowers."""
+        multi = self._usable.multi
+        lowered = before[:, multi] > after[:, multi]
+        return np.asarray(lowered @ (1 << np.arange(len(multi), dtype=np.int64)), np.int64)
 
-    # -- admission -------------------------------------------------------------------
-    def _holds_back(self, choice: Assignment) -> bool:
-        node, (gpu,) = choice.node, choice.gpus
-        if self._snap.gpu_free[node, gpu] < MILLI_PER_GPU:
-            return False  # it fills a used GPU: nothing whole is spent
-        hole = MILLI_PER_GPU - choice.demand.milli
-        return self._hole_mass(hole) < self._poor_hole_mass and self._whole_gpus_scarce()
-
-    def _hole_mass(self, hole: int) -> float:
-        u = self._usable
-        if not u.classes:
-            return 1.0
-        fits = u.is_share & (u.d <= hole)
-        return float(u.weights[fits].sum())
-
-    def _whole_gpus_scarce(self) -> bool:
-        """Fewer usable fully free GPUs than whole-GPU requests would take of the idle rest."""
+    # -- multi-GPU capacity ------------------------------------------------------------
+    def _short_bits(self) -> int:
+        """Bits (as in `_bits`) of the multi-GPU classes short of usable capacity."""
         u, snap = self._usable, self._snap
-        if not u.classes or u.is_share.all():
-            return False
-        weights = u.weights
-        whole = ~u.is_share
-        demand = weights * u.k * u.d
-        whole_part = float(demand[whole].sum() / demand.sum())
+        if not len(u.multi):
+            return 0
+        supply = self._whole_supply()
+        demand = u.weights * u.k * u.d
+        need = demand / demand.sum() * (snap.capacity_milli - snap.used_milli)
+        short = supply[u.multi] < MULTI_GPU_MARGIN * need[u.multi]
+        return int(short @ (1 << np.arange(len(u.multi), dtype=np.int64)))
+
+    def _whole_supply(self) -> FloatArray:
+        """Usable capacity in the whole fleet per class (zero for share classes),
+        kept per node and refreshed for the nodes that changed."""
+        u, snap = self._usable, self._snap
         version, clock = self._whole_at
-        changed = snap.changed_since(clock) if version == u.version else np.arange(snap.size)
+        if version != u.version:
+            self._whole_usable = np.zeros((snap.size, u.classes))
+            changed = np.arange(snap.size)
+        else:
+            changed = snap.changed_since(clock)
         if len(changed):
-            self._whole_usable[changed] = u.of_states(changed)[0][:, whole] @ weights[whole]
+            self._whole_usable[changed] = u.of_states(changed)[0] * ~u.is_share
         self._whole_at = (u.version, snap.clock)
-        usable_whole = float(self._whole_usable.sum() / weights[whole].sum())
-        idle = snap.capacity_milli - snap.used_milli
-        return usable_whole < whole_part * idle
+        return np.asarray(self._whole_usable.sum(0), np.float64)
+
+    # -- admission ---------------------------------------------------------------------
+    def _may_hold_back(self, demand: Demand) -> bool:
+        """`demand` leaves a poor hole on a fully free GPU, and the demand refused
+        so far is less than the idle capacity lost in poor holes."""
+        top = self._usable.poor_hole_below(self._poor_hole_mass)
+        if MILLI_PER_GPU - demand.milli >= top:
+            return False
+        free = self._snap.gpu_free
+        lost = int(free[(free > 0) & (free < top)].sum())
+        return self._refused + demand.total_milli <= lost
 
 
 class _Scores:
-    """Candidate losses per (request class, node state), valid while the usable-
+    """Candidate scores per (request class, node state), valid while the usable-
     capacity model keeps its version. Each entry has SLOTS candidates: a loss
-    (inf: none) and the candidate GPU's free milli (-1: none)."""
+    (inf: none), the candidate GPU's free milli (-1: none) and its multi-GPU bits."""
 
     def __init__(self, states: int) -> None:
         self._states = states
         self._version: object = None
-        self._tables: dict[ClassKey, tuple[np.ndarray, FloatArray, IntArray]] = {}
+        self._tables: dict[ClassKey, tuple[np.ndarray, FloatArray, IntArray, IntArray]] = {}
 
     def follow(self, version: object) -> None:
         if version != self._version:
@@ -197,9 +262,9 @@ class _Scores:
 
     def lookup(
         self, key: ClassKey, ids: IntArray, nodes: IntArray, demand: Demand, score: Scorer
-    ) -> tuple[FloatArray, IntArray]:
-        """The SLOTS losses and candidate free milli of `nodes` (one per state,
-        `ids` their states) for `demand`; `score` computes those not kept yet."""
+    ) -> Scored:
+        """The SLOTS scores of `nodes` (one per state, `ids` their states) for
+        `demand`; `score` computes those not kept yet."""
         table = self._tables.pop(key, None)  # re-inserted last: the dict is in LRU order
         if table is None:
             if len(self._tables) >= CACHED_CLASSES:
@@ -208,17 +273,19 @@ class _Scores:
                 np.zeros(self._states, bool),
                 np.zeros((self._states, SLOTS)),
                 np.zeros((self._states, SLOTS), np.int64),
+                np.zeros((self._states, SLOTS), np.int64),
             )
         self._tables[key] = table
-        known, loss, gap = table
+        known, loss, gap, bits = table
         new = ~known[ids]
         if new.any():
-            new_loss, new_gap = score(nodes[new], demand)
+            new_loss, new_gap, new_bits = score(nodes[new], demand)
             width = new_loss.shape[1]
             loss[ids[new], :width] = new_loss
             gap[ids[new], :width] = new_gap
+            bits[ids[new], :width] = new_bits
             known[ids[new]] = True
-        return loss[ids], gap[ids]
+        return loss[ids], gap[ids], bits[ids]
 
 
 def share_candidates(free: IntArray, milli: int) -> IntArray:

@@ -74,10 +74,68 @@ class UsableCapacity:
         self._whole_by_full = (counts // np.maximum(k, 1)).astype(np.float64)
         self._whole_milli = (k * MILLI_PER_GPU).astype(np.float64)
         self.weights = np.array(self._workload.weights(), np.float64)
+        # whole-GPU classes of several GPUs, at most 62 (they get a bit each)
+        self.multi = np.flatnonzero(self.k > 1)[:62]
+        self._match_intensities()
         size = self._states.capacity
         self._known = np.zeros(size, bool)
         self._usable = np.zeros((size, self.classes))
         self._idle = np.zeros((size, len(self.sizes)), np.int64)
+
+    def _match_intensities(self) -> None:
+        """Per node, the CPU and memory per GPU milli of the requests it should host.
+
+        One-dimensional optimal transport: GPU demand sorted by its CPU per GPU
+        milli is laid onto GPU capacity sorted by the nodes' CPU per GPU, so
+        the CPU-hungriest requests are meant for the CPU-richest nodes. A node
+        is meant for the demand at its own quantile of capacity (memory alike)."""
+        snap = self._snap
+        self.cpu_meant = np.full(snap.size, np.inf)  # inf: nothing is meant, nothing strands
+        self.mem_meant = np.full(snap.size, np.inf)
+        gpu = (self.k * self.d).astype(np.float64)
+        if not self.classes or snap.capacity_milli == 0:
+            return
+        demand = self.weights * gpu
+        for ask, have, out in (
+            (self.cpu / gpu, snap.cpu_cap, self.cpu_meant),
+            (self.mem / gpu, snap.mem_cap, self.mem_meant),
+        ):
+            order = np.argsort(ask, kind="stable")
+            cdf = np.cumsum(demand[order]) / demand.sum()
+            capacity = snap.num_gpus * MILLI_PER_GPU
+            ratio = np.where(capacity > 0, have / np.maximum(capacity, 1), np.inf)
+            by_ratio = np.argsort(ratio, kind="stable")
+            upto = np.cumsum(capacity[by_ratio]) - capacity[by_ratio] / 2.0
+            place = np.empty(snap.size)
+            place[by_ratio] = upto / capacity.sum()
+            # nodes of equal ratio share the quantile of their middle
+            _, inverse = np.unique(ratio, return_inverse=True)
+            mid = np.bincount(inverse, place * capacity) / np.maximum(
+                np.bincount(inverse, capacity), 1
+            )
+            q = mid[inverse]
+            pick = np.minimum(np.searchsorted(cdf, q), len(order) - 1)
+            out[:] = ask[order][pick]
+
+    def poor_hole_below(self, mass: float) -> int:
+        """Holes (free milli on a used GPU) below this size fit share classes of
+        less than `mass` of the estimated requests in all."""
+        if not self.classes:
+            return 0
+        share = self.is_share
+        order = np.argsort(self.d[share], kind="stable")
+        sizes, cumulative = self.d[share][order], np.cumsum(self.weights[share][order])
+        reached = np.flatnonzero(cumulative >= mass)
+        return int(sizes[reached[0]]) if len(reached) else MILLI_PER_GPU
+
+    def balanced(self, nodes: IntArray, gpu: IntArray, cpu: IntArray, mem: IntArray) -> FloatArray:
+        """GPU milli of `nodes` that the requests meant for them could still use,
+        given free GPU milli, CPU and memory: what runs out first."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            by_cpu = np.maximum(cpu, 0) / self.cpu_meant[nodes]
+            by_mem = np.maximum(mem, 0) / self.mem_meant[nodes]
+        usable = np.minimum(np.minimum(gpu, by_cpu), by_mem)
+        return np.where(np.isfinite(self.cpu_meant[nodes]), usable, gpu).astype(np.float64)
 
     def of_states(self, nodes: IntArray) -> tuple[FloatArray, IntArray]:
         """Usable capacity per class and idle-milli sums per size of `nodes` (rows,

@@ -101,21 +101,31 @@ class WorkloadEstimate:
 
     def _rerank(self) -> None:
         self._since_rerank = 0
-        ordered = sorted(self._counts, key=lambda k: (-self._counts[k], _sortable(k)))
-        need = self._coverage * sum(self._counts.values())
-        chosen: list[ClassKey] = []
-        covered = 0.0
-        for key in ordered:
-            if covered >= need or len(chosen) >= self._max_classes:
-                break
-            chosen.append(key)
-            covered += self._counts[key]
+        chosen: set[ClassKey] = set()
+        # The most frequent classes that make up `coverage` of the requests, and
+        # those that make up `coverage` of the GPU asked for: a rare class of big
+        # requests (8 GPUs) asks for much of it.
+        for size in (lambda k: 1.0, _gpu_milli):
+            mass = {k: self._counts[k] * size(k) for k in self._counts}
+            ordered = sorted(mass, key=lambda k: (-mass[k], _sortable(k)))
+            need = self._coverage * sum(mass.values())
+            covered = sum(mass[k] for k in chosen)
+            for key in ordered:
+                if covered >= need or len(chosen) >= self._max_classes:
+                    break
+                if key not in chosen:
+                    chosen.add(key)
+                    covered += mass[key]
         ranked = tuple(sorted(chosen, key=_sortable))
         total = sum(self._counts[k] for k in ranked)
         weights = [self._counts[k] / total for k in ranked] if total > 0 else []
         if ranked != self._ranked or weights != self._weights:
             self._ranked, self._weights = ranked, weights
             self.version += 1
+
+
+def _gpu_milli(key: ClassKey) -> float:
+    return float(key[0] * key[1])
 
 
 def _sortable(key: ClassKey) -> tuple[int, int, int, int, tuple[str, ...]]:
