@@ -74,8 +74,8 @@ class HousePolicy:
         self._admission = admission
         self._arrival: Demand | None = None  # the demand last observed, until chosen
         self._refused = 0  # GPU milli of arrivals not placed when they arrived
-        self._whole_usable = np.zeros((snapshot.size, 0))  # per node and whole-GPU class
-        self._whole_at: tuple[object, int] = (None, -1)  # (model version, snapshot clock)
+        self._totals = _FleetTotals(snapshot, self._usable)
+        self._top_at: tuple[object, int] = (None, 0)  # (model version, poor-hole bound)
 
     def observe(self, demand: Demand) -> None:
         self._workload.observe(demand)
@@ -212,37 +212,67 @@ class HousePolicy:
         u, snap = self._usable, self._snap
         if not len(u.multi):
             return 0
-        supply = self._whole_supply()
+        self._totals.refresh(self._poor_top())
         demand = u.weights * u.k * u.d
-        need = demand / demand.sum() * (snap.capacity_milli - snap.used_milli)
-        short = supply[u.multi] < MULTI_GPU_MARGIN * need[u.multi]
+        need = demand[u.multi] / demand.sum() * (snap.capacity_milli - snap.used_milli)
+        short = self._totals.multi_supply < MULTI_GPU_MARGIN * need
         return int(short @ (1 << np.arange(len(u.multi), dtype=np.int64)))
-
-    def _whole_supply(self) -> FloatArray:
-        """Usable capacity in the whole fleet per class (zero for share classes),
-        kept per node and refreshed for the nodes that changed."""
-        u, snap = self._usable, self._snap
-        version, clock = self._whole_at
-        if version != u.version:
-            self._whole_usable = np.zeros((snap.size, u.classes))
-            changed = np.arange(snap.size)
-        else:
-            changed = snap.changed_since(clock)
-        if len(changed):
-            self._whole_usable[changed] = u.of_states(changed)[0] * ~u.is_share
-        self._whole_at = (u.version, snap.clock)
-        return np.asarray(self._whole_usable.sum(0), np.float64)
 
     # -- admission ---------------------------------------------------------------------
     def _may_hold_back(self, demand: Demand) -> bool:
         """`demand` leaves a poor hole on a fully free GPU, and the demand refused
         so far is less than the idle capacity lost in poor holes."""
-        top = self._usable.poor_hole_below(self._poor_hole_mass)
+        top = self._poor_top()
         if MILLI_PER_GPU - demand.milli >= top:
             return False
-        free = self._snap.gpu_free
-        lost = int(free[(free > 0) & (free < top)].sum())
-        return self._refused + demand.total_milli <= lost
+        self._totals.refresh(top)
+        return self._refused + demand.total_milli <= self._totals.lost
+
+    def _poor_top(self) -> int:
+        """Holes below this many milli are poor (see `UsableCapacity.poor_hole_below`)."""
+        version, top = self._top_at
+        if version != self._usable.version:
+            top = self._usable.poor_hole_below(self._poor_hole_mass)
+            self._top_at = (self._usable.version, top)
+        return top
+
+
+class _FleetTotals:
+    """Fleet-wide sums the house policy consults on every request, kept per node
+    and updated for the nodes that changed (a sum over all nodes per request
+    would cost more than the scoring): the usable capacity of each multi-GPU
+    class, and the idle milli lost in poor holes (used GPUs with less than
+    `top` free)."""
+
+    def __init__(self, snapshot: Snapshot, usable: UsableCapacity) -> None:
+        self._snap, self._usable = snapshot, usable
+        self._at: tuple[object, int, int] = (None, 0, -1)  # (model version, top, clock)
+        self._multi = np.zeros((snapshot.size, 0))
+        self._lost = np.zeros(snapshot.size, np.int64)
+        self.multi_supply: FloatArray = np.zeros(0)
+        self.lost = 0
+
+    def refresh(self, top: int) -> None:
+        u, snap = self._usable, self._snap
+        version, kept_top, clock = self._at
+        if version != u.version or kept_top != top:
+            self._multi = np.zeros((snap.size, len(u.multi)))
+            self._lost[:] = 0
+            self.multi_supply, self.lost = np.zeros(len(u.multi)), 0
+            changed = np.arange(snap.size)
+        else:
+            changed = snap.changed_since(clock)
+        self._at = (u.version, top, snap.clock)
+        if not len(changed):
+            return
+        # Usable capacities are whole multiples of 1000 milli: float sums stay exact.
+        multi = u.of_states(changed)[0][:, u.multi]
+        self.multi_supply = self.multi_supply + multi.sum(0) - self._multi[changed].sum(0)
+        self._multi[changed] = multi
+        free = snap.gpu_free[changed]
+        lost = np.where((free > 0) & (free < top), free, 0).sum(1)
+        self.lost += int(lost.sum() - self._lost[changed].sum())
+        self._lost[changed] = lost
 
 
 class _Scores:
