@@ -40,7 +40,10 @@ COMMANDS: dict[str, LazyCommand] = {
     ),
     "whoami": LazyCommand("users", "whoami", "Show the user the configured token belongs to."),
     "gpus": LazyCommand(
-        "gpus", "list_gpus", "GPU models in the cluster: memory, free of total, hosts, price."
+        "gpus",
+        "list_gpus",
+        "GPU models in the cluster: memory, free of total, hosts, share capacity (GPUs' worth "
+        "free for shares, the largest share one GPU takes now), price.",
     ),
     "hosts": LazyCommand(
         "gpus", "list_hosts", "Hosts and their GPUs, with the instance holding each GPU (admin)."

@@ -1,4 +1,5 @@
-"""`gpudock scheduler replay | serve-jsonl`: the placement core run locally, no server.
+"""`gpudock scheduler replay | serve-jsonl | resample`: the placement core run locally,
+no server.
 
 These commands import the pure core directly (the one exception to "the CLI
 talks to the server only over HTTP"): a replay or an evaluator must drive the
@@ -141,6 +142,41 @@ def _print_churn(
 def _churn_policies(policy: str) -> list[str]:
     """Ours against FGD and first-fit in the same run, as the issue asks."""
     return [policy] + [p for p in ("fgd", "firstfit") if p != policy]
+
+
+@app.command("resample")
+def resample_command(
+    pods: Annotated[Path, typer.Option("--pods", help="The default pod list CSV (openb).")],
+    towards: Annotated[
+        str, typer.Option("--towards", help="A family name: cpu050, gpushare80, gpuspec33, ...")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the new pod list CSV.")],
+    seed: Annotated[int, typer.Option("--seed")] = 1,
+    constraints_from: Annotated[
+        Path | None,
+        typer.Option("--constraints-from", help="A gpuspec trace whose constraints to draw."),
+    ] = None,
+) -> None:
+    """Resample the default trace towards one kind of workload (a held-out family member)."""
+    from gpudock.scheduler import family
+
+    try:
+        kind, _ = family.parse_name(towards)
+    except ValueError as exc:
+        raise CliError(str(exc), exit_code=2) from exc
+    if kind == "gpuspec" and constraints_from is None:
+        raise CliError("gpuspec traces need --constraints-from", exit_code=2)
+    rows = _read(pods)
+    choices = family.constraint_choices(_read(constraints_from)) if constraints_from else None
+    new = family.resample(rows, towards, seed, choices)
+    try:
+        with out.open("w", newline="") as f:
+            writer = csv.DictWriter(f, list(rows[0]) if rows else ["name"])
+            writer.writeheader()
+            writer.writerows(new)
+    except OSError as exc:
+        raise CliError(f"cannot write {out}: {exc.strerror}", exit_code=2) from exc
+    output.print_message(f"{towards}: {len(new)} pods written to {out}")
 
 
 @app.command("serve-jsonl")
