@@ -114,6 +114,12 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = Field(default=2.0, gt=0)
     lease_s: float = Field(default=60.0, gt=0)
     reconcile_workers: int = Field(default=8, ge=1, le=64)
+    queue_overtake_limit_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="How long later, smaller requests may overtake a waiting one; after "
+        "that it holds the host closest to fitting it until it runs.",
+    )
     health_check_interval_s: float = Field(default=10.0, gt=0)
 
     # -- GPU health and migration ---------------------------------

@@ -46,7 +46,13 @@ WAITING = queue.WAITING
 
 def place_waiting(ctx: ServiceContext) -> None:
     """Place waiting instances in queue order; the database rejects a GPU
-    given twice (primary key on the allocation), whatever the timing."""
+    given twice (primary key on the allocation), whatever the timing.
+
+    Anti-starvation: later, smaller requests may overtake one that does not fit
+    for `GPUDOCK_QUEUE_OVERTAKE_LIMIT_S`; after that it reserves the host that
+    comes closest to holding it, and nothing younger is placed there until it
+    runs. The reservation is worked out afresh each pass from the queue, so a
+    restart keeps it and nothing needs cleaning up."""
     with ctx.sessions() as session:
         waiting = queue.waiting_in_order(session)
         if not waiting:
@@ -55,19 +61,19 @@ def place_waiting(ctx: ServiceContext) -> None:
     # Which hosts can run an image on a model does not change within a pass: asked
     # once per (image, model), not once per waiting instance.
     runnable: dict[tuple[str, str | None], frozenset[str] | None] = {}
+    reserved: dict[str, InstanceModel] = {}  # host id → the starving instance holding it
+    now = ctx.clock()
     for instance in waiting:
-        request = queue.placement_request(instance)
-        key = (instance.image, instance.gpu_model)
-        if key not in runnable:
-            runnable[key] = images.runnable_hosts(ctx, instance.image, instance.gpu_model)
-        hosts = runnable[key]
-        if instance.stay_on_host and instance.host_id is not None:  # --stay
-            own = frozenset({instance.host_id})
-            hosts = own if hosts is None else hosts & own
-        request = replace(request, allowed_hosts=hosts)
+        request = _request_of(ctx, instance, runnable)
+        if reserved:
+            request = _without(request, snapshot, frozenset(reserved))
         placement = place(snapshot, request)
         if placement is None:
-            _note_waiting(ctx, instance)
+            starving = _waited_s(instance, now) >= ctx.settings.queue_overtake_limit_s
+            host = _nearest_host(snapshot, request) if starving else None
+            if host is not None:
+                reserved[host] = instance
+            _note_waiting(ctx, instance, host)
             continue
         if _commit_placement(ctx, instance, placement):
             snapshot = _after(snapshot, placement, request)
@@ -75,6 +81,53 @@ def place_waiting(ctx: ServiceContext) -> None:
         else:
             with ctx.sessions() as session:
                 snapshot = capacity_snapshot(session)
+
+
+def _request_of(
+    ctx: ServiceContext,
+    instance: InstanceModel,
+    runnable: dict[tuple[str, str | None], frozenset[str] | None],
+) -> PlacementRequest:
+    key = (instance.image, instance.gpu_model)
+    if key not in runnable:
+        runnable[key] = images.runnable_hosts(ctx, instance.image, instance.gpu_model)
+    hosts = runnable[key]
+    if instance.stay_on_host and instance.host_id is not None:  # --stay
+        own = frozenset({instance.host_id})
+        hosts = own if hosts is None else hosts & own
+    return replace(queue.placement_request(instance), allowed_hosts=hosts)
+
+
+def _waited_s(instance: InstanceModel, now: datetime) -> float:
+    return (now - instance.queued_at).total_seconds()
+
+
+def _without(
+    request: PlacementRequest, snapshot: list[HostCapacity], reserved: frozenset[str]
+) -> PlacementRequest:
+    allowed = request.allowed_hosts
+    everywhere = frozenset(h.host_id for h in snapshot) if allowed is None else allowed
+    return replace(request, allowed_hosts=everywhere - reserved)
+
+
+def _nearest_host(snapshot: list[HostCapacity], request: PlacementRequest) -> str | None:
+    """The host that comes closest to holding `request`: among those it may use
+    and that have one of its models, the one with most of them free."""
+    models = request.models
+    usable = [
+        h
+        for h in snapshot
+        if (request.allowed_hosts is None or h.host_id in request.allowed_hosts)
+        and (not models or models & h.gpu_models)
+    ]
+    if not usable:
+        return None
+
+    def closeness(host: HostCapacity) -> tuple[int, float, float]:
+        free = sum(1 for g in host.free_gpus if g.model in models)
+        return free, host.free_cpus, host.free_memory_gb
+
+    return max(usable, key=closeness).host_id
 
 
 def waiting_reason(instance: InstanceModel) -> str:
@@ -92,8 +145,13 @@ def waiting_reason(instance: InstanceModel) -> str:
     return f"waiting for {what}"
 
 
-def _note_waiting(ctx: ServiceContext, instance: InstanceModel) -> None:
+def _note_waiting(ctx: ServiceContext, instance: InstanceModel, reserving: str | None) -> None:
     reason = waiting_reason(instance)
+    if reserving is not None:
+        reason += (
+            f"; waiting longer than {ctx.settings.queue_overtake_limit_s:g} s, so it holds "
+            f"host {reserving}: nothing that came later is placed there until it runs"
+        )
     if instance.status_reason == reason:
         return
     with ctx.sessions.begin() as session:
