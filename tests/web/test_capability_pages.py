@@ -15,7 +15,7 @@ from gpudock.services.context import utc_now
 from gpudock.services.images import catalog as images
 from gpudock.services.ssh import keys as ssh_keys
 from gpudock.services.ssh import sessions as ssh_sessions
-from tests.support.key_proof import make_key, public_text
+from tests.support.key_proof import add_with_proof, make_key, public_text
 from tests.support.web import log_in
 from tests.web.test_pages import create
 
@@ -204,9 +204,12 @@ def test_an_image_outside_the_compatibility_data_shows_as_not_checked(console: P
     assert "CUDA 13.9" in html.unescape(hint.text)
 
 
-def test_instance_page_shows_its_ssh_audit_trail(console: Platform) -> None:
+def test_instance_page_shows_its_ssh_audit_trail(console: Platform, tmp_path: Path) -> None:
     alice, bob = log_in(console, "alice"), log_in(console, "bob")
     instance_id = create(alice, name="audited")
+    laptop = add_with_proof(
+        console.ctx, user_named(console, "alice"), make_key(tmp_path, "alice"), "laptop"
+    )
     assert "No SSH sessions yet." in alice.client.get(f"/instances/{instance_id}/live").text
     attempt = ssh_sessions.Attempt(
         login=instance_id,
@@ -215,7 +218,30 @@ def test_instance_page_shows_its_ssh_audit_trail(console: Platform) -> None:
         instance_id=instance_id,
     )
     ssh_sessions.record_refusal(console.ctx, attempt, "the key belongs to another user")
+    mine = ssh_sessions.Attempt(
+        login=instance_id,
+        client_address="198.51.100.7",
+        fingerprint=laptop.fingerprint,
+        instance_id=instance_id,
+    )
+    ssh_sessions.record_refusal(console.ctx, mine, "instance audited is stopped")
     live = alice.client.get(f"/instances/{instance_id}/live").text
     assert 'data-session="refused"' in live and "203.0.113.9" in live
+    assert f'<span data-key-name title="{laptop.fingerprint}">laptop</span>' in live
+    assert "SHA256:x" in live  # a key that is not hers: its fingerprint
+    assert "0 B / 0 B" in live  # byte counts with their unit
     assert "the key belongs to another user" in live
     assert bob.client.get(f"/instances/{instance_id}/live").status_code == 404
+
+
+def test_only_the_actions_that_lose_something_ask_first(console: Platform) -> None:
+    alice = log_in(console, "alice")
+    instance_id = create(alice, name="asked")
+    console.reconciler.drain()
+    running = alice.client.get(f"/instances/{instance_id}/live").text
+    assert re.search(r'/stop" class="inline" data-confirm="Stop this instance\?', running)
+    assert alice.post(f"/instances/{instance_id}/stop").status_code == 303
+    console.reconciler.drain()
+    stopped = alice.client.get(f"/instances/{instance_id}/live").text
+    assert f'action="/instances/{instance_id}/start" class="inline" data-confirm=""' in stopped
+    assert re.search(r'/delete" class="inline" data-confirm="[^"]+"', stopped)

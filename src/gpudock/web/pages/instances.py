@@ -21,6 +21,7 @@ from gpudock.services.instances import actions as instances
 from gpudock.services.instances import overview, queue, sizing, usage
 from gpudock.services.instances.actions import InstanceRequest
 from gpudock.services.ssh import endpoint as ssh_endpoint
+from gpudock.services.ssh import keys as ssh_keys
 from gpudock.services.ssh import sessions as ssh_sessions
 from gpudock.web.deps import (
     ConsoleRoute,
@@ -289,6 +290,7 @@ def _detail_values(
         "ssh": ssh_endpoint.ssh_command(ctx.settings, instance.id),
         "owner": _owners(ctx, viewer).get(instance.user_id, instance.user_id),
         "sessions": ssh_sessions.list_sessions(ctx, viewer.user, instance.id, SESSIONS_SHOWN),
+        "key_names": {k.fingerprint: k.name for k in ssh_keys.list_keys(ctx, viewer.user)},
         "queue": queue.queue_position(ctx, instance),
     }
 
