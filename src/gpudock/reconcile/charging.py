@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from gpudock.billing.metering import IntervalKind, Protection, due_charge, protection
 from gpudock.billing.money import format_amount
@@ -46,7 +46,7 @@ from gpudock.settings import Settings
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
-USERS_PER_TRANSACTION = 25
+USERS_PER_TRANSACTION = 10  # short write transactions: placement commits between them
 
 
 @dataclass
@@ -95,6 +95,10 @@ def _open(session: Session, user_ids: list[str] | None, *, lock: bool) -> dict[s
     if lock:
         instances = instances.order_by(InstanceModel.id).with_for_update()
         intervals = intervals.order_by(BillingIntervalModel.id).with_for_update()
+    else:  # the scan reads only what decides who has work: a fraction of each row's cost
+        instances = instances.options(
+            load_only(InstanceModel.status, InstanceModel.desired_state, raiseload=True)
+        )
     by_id = {i.id: i for i in session.scalars(instances)}
     users: defaultdict[str, _User] = defaultdict(_User)
     for row in session.scalars(intervals.order_by(BillingIntervalModel.id)):
