@@ -46,7 +46,7 @@ WAITING = (S.PENDING, S.STARTING, S.MIGRATING)  # unplaced rows the placement pa
 def place_waiting(ctx: ServiceContext) -> None:
     """Place waiting instances in queue order; the database rejects a GPU
     given twice (primary key on the allocation), whatever the timing."""
-    with ctx.sessions() as session:
+    with ctx.reader() as session:  # no write lock: commits re-check under the row lock
         waiting = list(
             session.scalars(
                 select(InstanceModel)
@@ -76,7 +76,7 @@ def place_waiting(ctx: ServiceContext) -> None:
             snapshot = _after(snapshot, placement, request)
             ctx.crash_point("after_placement")
         else:
-            with ctx.sessions() as session:
+            with ctx.reader() as session:
                 snapshot = capacity_snapshot(session)
 
 
