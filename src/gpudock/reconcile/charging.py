@@ -102,8 +102,11 @@ def _open(session: Session, user_ids: list[str] | None, *, lock: bool) -> dict[s
     by_id = {i.id: i for i in session.scalars(instances)}
     users: defaultdict[str, _User] = defaultdict(_User)
     for row in session.scalars(intervals.order_by(BillingIntervalModel.id)):
+        instance = by_id.get(row.instance_id)
+        if instance is None:  # opened after the first read (PostgreSQL reads per statement)
+            continue  # the next pass has it
         users[row.user_id].intervals.append(row)
-        users[row.user_id].instances[row.instance_id] = by_id[row.instance_id]
+        users[row.user_id].instances[row.instance_id] = instance
     return dict(users)
 
 
