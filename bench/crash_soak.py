@@ -11,7 +11,7 @@ settle, and the invariants are checked:
 
 - nothing stuck in a transitional state, no GPU held by two instances, no
   orphan container, volume or tenant network, every running instance on its
-  tenant's network (`tests.docker_helpers.assert_converged_on`);
+  tenant's network (`tests.support.docker.assert_converged_on`);
 - every marker written into a live instance's data volume is still there;
 - no size-limited volume image without its volume, none unmounted;
 - the ledger balances (cached balances = postings, Σ = 0) and metering

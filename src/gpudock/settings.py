@@ -85,6 +85,16 @@ class Settings(BaseSettings):
         "container and into its /etc/ld.so.preload, so every process there, SSH sessions "
         "included, is held to CUDA_DEVICE_MEMORY_LIMIT / CUDA_DEVICE_SM_LIMIT.",
     )
+    share_enforce: Literal["off", "warn", "stop"] = Field(
+        default="warn",
+        description="The share watchdog, which reads each GPU process's memory from NVML: "
+        "'warn' records an event on a share whose processes hold more GPU memory than its "
+        "limit, 'stop' also stops it (container and data kept, never deleted), 'off' does "
+        "not look.",
+    )
+    share_watch_interval_s: float = Field(
+        default=10.0, gt=0, description="How often the share watchdog reads GPU memory."
+    )
 
     # -- image builds -------------------------------------------------------
     build_cpus: float = Field(

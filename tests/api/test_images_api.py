@@ -84,6 +84,9 @@ def test_the_catalog_says_where_each_image_runs(client: TestClient, alice: Tenan
     assert found[CU124]["runs_on"] == {"A100-80GB": "ok", "RTX4090-24GB": "ok"}
     assert "needs NVIDIA driver >= 570.26" in found[CU128]["runs_on"]["A100-80GB"]
     assert found["gpudock/base:bookworm"]["size_bytes"] > 0  # the engine has it
+    assert found["gpudock/base:bookworm"]["on_host"] is True and found[CU124]["on_host"] is True
+    not_pulled = [i for i in found.values() if i["reference"] not in (CU124, CU128)]
+    assert any(i["on_host"] is False for i in not_pulled)  # the catalog's other tags
     narrowed = client.get(f"{API}/images?gpu=A100-80GB", headers=alice.headers).json()
     assert all(set(i["runs_on"]) == {"A100-80GB"} for i in narrowed)
 
@@ -297,3 +300,30 @@ def test_a_stored_bad_row_does_not_break_the_image_list(
         headers=alice.headers,
     )
     assert answer.status_code == 201, answer.text
+
+
+def test_an_unreachable_registry_is_not_called_an_unknown_image(
+    platform_factory: PlatformFactory,
+) -> None:
+    offline = FakeRuntime(pullable={"pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"})
+    platform = platform_factory(runtime=offline, image_pull="missing")
+    client, alice = (
+        TestClient(create_app(platform, run_reconciler=False)),
+        make_tenant(platform, "alice"),
+    )
+    body = {"gpu_model": "A100-80GB", "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"}
+    offline.registry_reachable = False
+    response = client.post(f"{API}/instances", json=body, headers=alice.headers)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "image"
+    assert "registry cannot be reached" in error["message"]
+    assert "unknown image" not in error["message"] and "check the name" not in error["message"]
+    offline.registry_reachable = True
+    missing = client.post(
+        f"{API}/instances",
+        json={**body, "image": "pytorch/pytorch:no-such-tag"},
+        headers=alice.headers,
+    )
+    assert missing.status_code == 422 and "unknown image" in missing.text
+    assert "registry does not have it" in missing.text

@@ -144,6 +144,8 @@ def test_gpu_summary_counts_free_gpus(
         "hosts": 1,
         "max_per_host": 2,
         "price_per_hour": None,
+        "share_free_milli": 2000,
+        "largest_share_milli": 1000,
     }
 
 

@@ -264,6 +264,7 @@ def test_low_balance_warns_then_stops_and_keeps_the_data(
     stopped = row(platform, instance_id)
     assert stopped.status == "stopped" and stopped.status_reason.startswith("billing: stopped")
     assert stopped.status_reason.endswith("data kept")
+    assert "top up (ask an admin) and start again" in stopped.status_reason
     runtime = platform.ctx.runtime
     assert isinstance(runtime, FakeRuntime)
     cluster = platform.ctx.cluster_id
@@ -348,7 +349,9 @@ def test_a_monthly_budget_stops_like_an_empty_balance(
     clock.advance(150)
     report = charging.charge_pass(platform.ctx)
     assert report.stopped == [instance_id]
-    assert "monthly budget left" in row(platform, instance_id).status_reason
+    reason = row(platform, instance_id).status_reason
+    assert "monthly budget left" in reason
+    assert "raise or clear the monthly budget" in reason and "top up" not in reason
     platform.reconciler.drain()
     assert row(platform, instance_id).status == "stopped"
     assert billing.summary(platform.ctx, alice).month_spent == 150_000

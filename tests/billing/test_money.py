@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudock.billing.money import (
-    AMOUNT_OR_ZERO_PATTERN,
-    AMOUNT_PATTERN,
-    MAX_MICROS,
-    format_amount,
-    parse_amount,
-)
+from gpudock.billing.money import MAX_MICROS, format_amount, format_cents, parse_amount
 from gpudock.errors import InvalidRequest
+from gpudock.syntax import AMOUNT_OR_ZERO_PATTERN, AMOUNT_PATTERN
 
 
 @pytest.mark.parametrize(
@@ -94,3 +90,31 @@ def test_the_schema_pattern_says_exactly_what_parse_amount_accepts(
     except InvalidRequest:
         accepted = False
     assert bool(re.match(pattern, text)) == accepted, text
+
+
+@pytest.mark.parametrize(
+    ("micros", "shown"),
+    [
+        (99_958_334, "99.96"),
+        (3_600_000, "3.60"),
+        (0, "0.00"),
+        (5_000, "0.01"),  # half a cent rounds up
+        (4_999, "<0.01"),  # not zero, though it rounds to it
+        (1, "<0.01"),
+        (-1, "-<0.01"),
+        (-2_505_000, "-2.51"),
+        (-4_000, "-<0.01"),
+        (1_000_000_000 * 1_000_000, "1000000000.00"),
+    ],
+)
+def test_amounts_for_people_have_two_decimals(micros: int, shown: str) -> None:
+    assert format_cents(micros) == shown
+
+
+@given(st.integers(min_value=-(10**15), max_value=10**15))
+def test_two_decimals_are_never_more_than_half_a_cent_off(micros: int) -> None:
+    shown = format_cents(micros)
+    if "<" in shown:
+        assert 0 < abs(micros) < 5_000
+    else:
+        assert abs(Decimal(shown) * 1_000_000 - micros) <= 5_000

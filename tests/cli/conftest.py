@@ -2,53 +2,24 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner, Result
 
-from gpudock.api.app import create_app
 from gpudock.cli.main import app
 from gpudock.platform import open_platform
 from gpudock.settings import Settings
-from tests.support.cli import (
-    FLEET,
-    STARTUP_DEADLINE_S,
-    Invoke,
-    LiveServer,
-    instance_names,
-    wait_until_started,
-)
+from tests.support.cli import FLEET, Invoke, LiveServer, instance_names, serving
 
 
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     data_dir = tmp_path_factory.mktemp("gpudock-data")
     settings = Settings(data_dir=data_dir, simulate=FLEET, runtime="fake", image_pull="never")
-    platform = open_platform(settings)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))  # the port is ours from here on: no race for it
-    port = listener.getsockname()[1]
-    config = uvicorn.Config(create_app(platform), log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [listener]}, name="gpudock-test-server"
-    )
-    thread.start()
-    try:
-        wait_until_started(server, thread)
-        token = (data_dir / "admin.token").read_text().strip()
-        yield LiveServer(url=f"http://127.0.0.1:{port}", admin_token=token, data_dir=data_dir)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=STARTUP_DEADLINE_S)
-        listener.close()
-        platform.close()
-    assert not thread.is_alive(), "the test server did not shut down"
+    with serving(open_platform(settings)) as server:
+        yield server
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gpudock.api.schemas import InstancePublic
 from gpudock.cli.client import ApiClient, CliError
 from gpudock.cli.commands.waiting import Waiter
 from tests.support.cli import Invoke, LiveServer
@@ -272,13 +273,31 @@ def test_build_base_without_an_engine_exits_1(gpudock: Invoke, dead_url: str) ->
 
 
 def _instance(status: str, desired: str = "running", reason: str = "") -> dict[str, Any]:
+    """An instance as the server answers for it."""
     return {
         "id": "i-0123456789",
         "name": "w",
+        "user_id": "u-admin",
         "status": status,
-        "desired_state": desired,
         "status_reason": reason,
+        "desired_state": desired,
+        "gpu_model": "A100-80GB",
+        "gpu_count": 1,
+        "gpus": [],
+        "host": None,
+        "image": "gpudock/base:bookworm",
+        "cpu": 8.0,
+        "memory_gb": 32,
+        "disk_gb": 50,
+        "system_disk_gb": 30,
+        "container_id": None,
+        "created_at": "2026-12-01T10:00:00Z",
+        "updated_at": "2026-12-01T10:00:00Z",
     }
+
+
+def _seen(status: str, desired: str = "running", reason: str = "") -> InstancePublic:
+    return InstancePublic.model_validate(_instance(status, desired, reason))
 
 
 def _waiter(answers: list[dict[str, Any]], timeout_s: float) -> Waiter:
@@ -299,13 +318,13 @@ def _waiter(answers: list[dict[str, Any]], timeout_s: float) -> Waiter:
 def test_wait_returns_once_the_target_status_is_reached() -> None:
     answers = [_instance("creating"), _instance("creating"), _instance("running")]
     waiter = _waiter(answers, timeout_s=10)
-    assert waiter.wait(_instance("pending"), "running")["status"] == "running"
+    assert waiter.wait(_seen("pending"), "running").status == "running"
 
 
 def test_wait_times_out_saying_what_it_waits_for() -> None:
     waiter = _waiter([_instance("pending", reason="waiting for 4 × A100-80GB")], timeout_s=1)
     with pytest.raises(CliError) as caught:
-        waiter.wait(_instance("pending"), "running")
+        waiter.wait(_seen("pending"), "running")
     assert caught.value.exit_code == 1
     assert caught.value.message == (
         "timed out after 1 s waiting for instance w to be running; "
@@ -316,7 +335,7 @@ def test_wait_times_out_saying_what_it_waits_for() -> None:
 def test_wait_stops_at_a_failure_with_its_reason() -> None:
     waiter = _waiter([_instance("failed", "stopped", "image exploded")], timeout_s=10)
     with pytest.raises(CliError, match="instance w failed: image exploded"):
-        waiter.wait(_instance("creating"), "running")
+        waiter.wait(_seen("creating"), "running")
 
 
 def test_wait_for_a_deletion_accepts_a_404() -> None:
@@ -325,4 +344,4 @@ def test_wait_for_a_deletion_accepts_a_404() -> None:
 
     client = ApiClient("http://gpudock.test", "gpd_x", transport=httpx.MockTransport(handler))
     waiter = Waiter(client, 10, quiet=True, clock=lambda: 0.0, sleep=lambda _s: None)
-    assert waiter.wait(_instance("deleting", "deleted"), "deleted")["id"] == "i-0123456789"
+    assert waiter.wait(_seen("deleting", "deleted"), "deleted").id == "i-0123456789"

@@ -61,7 +61,7 @@ def _tenant(server: ServerProcess, name: str, topup: str) -> httpx.Client:
     return server.client(token)
 
 
-def _docker_seconds(engine: docker.DockerClient, cluster: str, instance_id: str) -> int:
+def docker_seconds(engine: docker.DockerClient, cluster: str, instance_id: str) -> int:
     state = engine.containers.get(containers.container_name(cluster, instance_id)).attrs["State"]
     started, finished = (
         parse_docker_time(state["StartedAt"]),
@@ -71,12 +71,12 @@ def _docker_seconds(engine: docker.DockerClient, cluster: str, instance_id: str)
     return elapsed_seconds(started, finished)
 
 
-def _ledger(user: httpx.Client, instance_id: str) -> list[dict[str, Any]]:
+def ledger(user: httpx.Client, instance_id: str) -> list[dict[str, Any]]:
     lines = user.get("/billing/ledger", params={"limit": 1000}).json()["lines"]
     return [line for line in lines if line["instance_id"] == instance_id]
 
 
-def _assert_tiled(lines: list[dict[str, Any]], total: int) -> None:
+def assert_tiled(lines: list[dict[str, Any]], total: int) -> None:
     """Charges cover [0, total) of the run with no gap and no overlap."""
     pieces = sorted((line["from"], line["to"]) for line in lines if line["kind"] == "compute")
     for (_a, end), (start, _b) in itertools.pairwise(pieces):
@@ -84,7 +84,7 @@ def _assert_tiled(lines: list[dict[str, Any]], total: int) -> None:
     assert sum(line["seconds"] for line in lines if line["kind"] == "compute") == total
 
 
-def _usage(user: httpx.Client, instance_id: str) -> dict[str, Any]:
+def usage_of(user: httpx.Client, instance_id: str) -> dict[str, Any]:
     items = user.get("/billing/usage").json()["instances"]
     return next(i for i in items if i["instance_id"] == instance_id)
 
@@ -112,12 +112,12 @@ def test_the_charge_is_docker_seconds_times_the_rate(
     wait_for(user, created["id"], "stopped")
     measured = time.monotonic() - began
     _, _, cluster = server.database()
-    seconds = _docker_seconds(engine, cluster, created["id"])
+    seconds = docker_seconds(engine, cluster, created["id"])
     assert abs(seconds - measured) <= 1
-    usage = _usage(user, created["id"])
+    usage = usage_of(user, created["id"])
     assert (usage["seconds"], usage["gpu_seconds"]) == (seconds, 2 * seconds)
     assert usage["amount"] == format_amount(seconds * 2 * RATE_PER_GPU_S)
-    _assert_tiled(_ledger(user, created["id"]), seconds)
+    assert_tiled(ledger(user, created["id"]), seconds)
     balance = user.get("/billing/balance").json()
     assert balance["balance_micro"] == 100_000_000 - seconds * 2 * RATE_PER_GPU_S
 
@@ -144,15 +144,15 @@ def test_kill_9_while_running_misses_and_doubles_no_second(
         ids.append(user.post("/instances", json={"gpu_model": "A100-80GB"}).json()["id"])
     for instance_id in ids:
         wait_for(user, instance_id, "running")
-    _poll(lambda: all(_usage(user, i)["seconds"] >= 3 for i in ids), "catch-up charges")
+    _poll(lambda: all(usage_of(user, i)["seconds"] >= 3 for i in ids), "catch-up charges")
     for instance_id in ids:
         user.post(f"/instances/{instance_id}/stop")
     _, _, cluster = server.database()
     for instance_id in ids:
         wait_for(user, instance_id, "stopped")
-        seconds = _docker_seconds(engine, cluster, instance_id)
-        assert _usage(user, instance_id)["seconds"] == seconds
-        _assert_tiled(_ledger(user, instance_id), seconds)
+        seconds = docker_seconds(engine, cluster, instance_id)
+        assert usage_of(user, instance_id)["seconds"] == seconds
+        assert_tiled(ledger(user, instance_id), seconds)
 
 
 def test_an_empty_balance_stops_the_instance_and_keeps_its_data(

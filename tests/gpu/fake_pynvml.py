@@ -213,6 +213,14 @@ class c_nvmlMemory_t:  # pynvml's name
 
 
 @dataclass
+class c_nvmlProcessInfo_t:  # pynvml's name (its friendly object has the same fields)
+    pid: int
+    usedGpuMemory: int | None  # bytes; None where NVML_VALUE_NOT_AVAILABLE
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
 class nvmlPciInfo_t:  # pynvml's name
     busIdLegacy: bytes
     domain: int
@@ -307,6 +315,8 @@ class FakeNvml(ModuleType):
             int, tuple[int, int, int, int]
         ] = {}  # index -> (corr, unc, pending, failed)
         self.lost: set[int] = set()  # device indices that answer GPU_IS_LOST
+        # compute processes per device index, set by tests (`run_process`)
+        self.processes: dict[int, list[c_nvmlProcessInfo_t]] = {}
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith(("nvml", "NVML")) and name in ModuleType.__getattribute__(
@@ -337,6 +347,11 @@ class FakeNvml(ModuleType):
         if handle.index in self.lost:
             raise NVMLError_GpuIsLost()
         return self.devices[handle.index]
+
+    def run_process(self, index: int, pid: int, used_bytes: int | None) -> None:
+        """A compute process on device `index` holding `used_bytes` (None: NVML
+        cannot say), as nvmlDeviceGetComputeRunningProcesses will report it."""
+        self.processes.setdefault(index, []).append(c_nvmlProcessInfo_t(pid, used_bytes))
 
     def inject_xid(self, index: int, xid: int) -> None:
         """What the driver does on an Xid: queue an event for registered sets."""
@@ -400,6 +415,12 @@ class FakeNvml(ModuleType):
         gpu = self._device(handle)
         free = gpu.memory_total - gpu.memory_used
         return c_nvmlMemory_t(total=gpu.memory_total, free=free, used=gpu.memory_used)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[c_nvmlProcessInfo_t]:
+        self._enter("nvmlDeviceGetComputeRunningProcesses")
+        gpu_index = handle.index if isinstance(handle, FakeDeviceHandle) else -1
+        self._device(handle)
+        return list(self.processes.get(gpu_index, []))
 
     def nvmlDeviceGetPciInfo(self, handle: object) -> nvmlPciInfo_t:
         self._enter("nvmlDeviceGetPciInfo")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpudock.gpu import nvml as nvml_module
-from gpudock.gpu.base import GpuDiscoveryError, HostInfo
+from gpudock.gpu.base import GpuDiscoveryError, GpuProcess, HostInfo
 from gpudock.gpu.nvml import NvmlGpuSource, nvml_available
 
 from . import fake_pynvml as fake
@@ -583,3 +583,30 @@ def test_health_poll_reports_remapping_and_lost_gpus_every_time(a100: FakeNvml) 
 def test_health_poll_without_row_remapper_reports_nothing(rtx4090: FakeNvml) -> None:
     rtx4090.fail["nvmlDeviceGetRemappedRows"] = rtx4090.NVMLError_NotSupported
     assert NvmlGpuSource(rtx4090, host_name="h").poll_health(0) == []
+
+
+# -- per-process memory (the share watchdog) ------------------------------------
+
+
+def test_process_memory_reads_every_gpus_compute_processes(a100: FakeNvml) -> None:
+    a100.run_process(0, 4242, 3 * 1024 * fake.MIB)
+    a100.run_process(0, 4243, None)  # the driver cannot say
+    a100.run_process(5, 99, 512 * fake.MIB)
+    found = NvmlGpuSource(a100).process_memory()
+    assert found == [
+        GpuProcess(fake.fake_uuid(0xA100, 0), 4242, 3 * 1024),
+        GpuProcess(fake.fake_uuid(0xA100, 0), 4243, None),
+        GpuProcess(fake.fake_uuid(0xA100, 5), 99, 512),
+    ]
+    assert not a100.initialized  # the NVML session is closed again
+
+
+def test_a_gpu_that_cannot_list_processes_contributes_none(h200: FakeNvml) -> None:
+    h200.fail["nvmlDeviceGetComputeRunningProcesses"] = fake.NVMLError_NotSupported
+    assert NvmlGpuSource(h200).process_memory() == []
+
+
+def test_a_failing_process_query_is_a_discovery_error(h200: FakeNvml) -> None:
+    h200.fail["nvmlDeviceGetComputeRunningProcesses"] = fake.NVMLError_Unknown
+    with pytest.raises(GpuDiscoveryError, match="NVML query failed"):
+        NvmlGpuSource(h200).process_memory()

@@ -40,6 +40,7 @@ def test_wrong_password_and_unknown_user_get_one_message(console: Platform) -> N
         assert response.status_code == 401
         assert "wrong user name or password" in response.text
         assert "gpudock_session" not in response.cookies
+        assert f'name="username" autocomplete="username" required value="{name}"' in response.text
 
 
 def test_session_cookie_flags(platform_factory: PlatformFactory) -> None:

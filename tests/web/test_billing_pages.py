@@ -115,8 +115,11 @@ def test_user_sees_the_ledger_line_usage_chart_and_csv_after_a_run(
     priced.reconciler.drain()
     page = alice.client.get("/billing").text
     ledger = page.split('id="ledger"')[1]
-    assert re.search(r'data-kind="compute">.*?>paid<.*?-7\.2<', ledger, re.S), ledger
-    assert 'data-kind="topup"' in ledger and ">50<" in ledger
+    assert re.search(r'data-kind="compute">.*?>paid<.*?title="-7\.2"[^>]*>-7\.20<', ledger, re.S)
+    assert 'data-kind="topup"' in ledger and ">50.00<" in ledger
+    tiles = page.split('class="tiles"')[1].split("</div>\n</div>")[0]
+    assert 'id="balance">' in tiles and 'title="42.8"' in tiles and ">42.80<" in tiles
+    assert "nothing running that costs money" in tiles  # stopped: no runway to count
     usage = page.split('id="usage"')[1].split("</table>")[0]
     assert f'data-usage="{instance_id}"' in usage and "2 × RTX4090-24GB" in usage
     assert "1 h 00 min" in usage and "2.00" in usage  # one hour on two GPUs
@@ -194,3 +197,29 @@ def test_without_funds_create_is_an_inline_error_and_start_a_402(
     assert start.status_code == 402 and "Not enough balance" in start.text
     taken = alice.post("/instances", {**data, "name": "early", "gpu_model": "RTX4090-24GB"})
     assert taken.status_code == 422 and "already have an instance named" in taken.text
+
+
+def test_the_topup_form_names_no_user_until_the_admin_chooses_one(priced: Platform) -> None:
+    admin = log_in(priced, users.ADMIN_NAME)
+    page = admin.client.get("/admin/billing").text
+    form = page[page.index('id="topup-form"') :]
+    select = form[form.index('<select name="user" required>') : form.index("</select>")]
+    assert '<option value="" selected disabled>' in select
+    assert 'value="admin" selected' not in select and 'value="alice" selected' not in select
+
+
+def test_the_balance_shows_its_runway_and_an_empty_chart_no_scale(
+    priced: Platform, clock: FakeClock
+) -> None:
+    admin, alice = log_in(priced, "admin"), log_in(priced, "alice")
+    empty = alice.client.get("/billing").text
+    spend_chart = empty.split('id="spend-chart"')[1].split("</svg>")[0]
+    assert 'class="grid"' not in spend_chart and "0.000001" not in spend_chart
+    price = {"kind": "gpu", "gpu_model": "RTX4090-24GB", "amount": "3.6"}
+    assert admin.post("/admin/billing/prices", price).status_code == 200
+    topup = {"user": "alice", "amount": "36", "key": topup_key(admin)}
+    assert admin.post("/admin/billing/topups", topup).status_code == 201
+    create(alice, name="burning", gpu_model="RTX4090-24GB", gpu_count="1")
+    priced.reconciler.drain()
+    runway = alice.client.get("/billing").text.split('id="runway">')[1].split("</span>")[0]
+    assert runway == "lasts about 10 h 00 min at this rate"  # 36 at 3.6 an hour

@@ -141,6 +141,8 @@ def create_and_watch(page: Page, url: str, shots: Path) -> str:
     page.fill("input[name=gpu_count]", "2")
     page.locator("input[name=gpu_count]").dispatch_event("change")
     expect(page.locator("#estimate")).to_have_text("7.2 CNY")
+    price_a_share(page)
+    expect(page.locator("#estimate")).to_have_text("7.2 CNY")  # whole GPUs again
     expect(page.locator("#image-hint [data-compat]")).to_be_visible()
     page.fill("input[name=name]", "web-demo")
     page.fill("input[name=gpu_count]", "3")
@@ -155,6 +157,19 @@ def create_and_watch(page: Page, url: str, shots: Path) -> str:
     expect(status(page)).to_have_attribute("data-status", "running", timeout=WAIT_MS)
     page.screenshot(path=shots / "instance.png", full_page=True)
     return page.url.rsplit("/", 1)[1]
+
+
+def price_a_share(page: Page) -> None:
+    """The "share of a GPU" choice: the price follows the share as it is typed,
+    as a fraction of the card or as GB of its memory, then back to whole GPUs."""
+    page.check("input[name=gpu_mode][value=share]")
+    page.fill("#gpu-share", "0.5")
+    expect(page.locator("#estimate")).to_have_text("1.8 CNY")  # half of 3.6 an hour
+    expect(page.locator("#availability")).to_contain_text("12 GiB of its GPU memory")
+    page.select_option("#share-unit", "gb")
+    page.fill("#gpu-share", "6")
+    expect(page.locator("#estimate")).to_have_text("0.9 CNY")  # 6 of the card's 24 GB
+    page.check("input[name=gpu_mode][value=whole]")
 
 
 def stop_and_start(

@@ -57,9 +57,11 @@ def test_ssh_keys_are_added_with_a_proof_listed_and_removed_by_their_owner_only(
     assert 'data-key="alice@test"' in page and "ssh-ed25519 256" in page
     assert 'data-proof="proven"' in page and 'id="unproven-notice"' not in page
     [added_key] = ssh_keys.list_keys(console.ctx, user_named(console, "alice"))
-    private = alice.post("/ssh-keys", {"public_key": "-----BEGIN OPENSSH PRIVATE KEY-----"})
+    secret = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+    private = alice.post("/ssh-keys", {"public_key": secret, "name": "laptop"})
     assert private.status_code == 422 and "that is a private key" in private.text
-    assert "BEGIN OPENSSH" in private.text  # kept in the form to fix
+    assert "BEGIN OPENSSH" not in private.text and "b3BlbnNzaC1rZXktdjEAAAAA" not in private.text
+    assert 'value="laptop"' in private.text  # the rest of the form is kept
     assert bob.post(f"/ssh-keys/{added_key.id}/delete").status_code == 404
     assert ssh_keys.list_keys(console.ctx, user_named(console, "alice")) != []
     assert alice.post(f"/ssh-keys/{added_key.id}/delete").status_code == 303
@@ -128,6 +130,9 @@ def test_images_page_shows_compatibility_per_gpu_model(console: Platform) -> Non
         assert [kind for kind, _ in shown] == expected, spec.reference
         for (kind, title), verdict in zip(shown, table[spec.reference].values(), strict=True):
             assert kind == "good" or html.unescape(title) == verdict
+        on_host = "yes" if console.ctx.runtime.image_present(spec.reference) else "no"
+        assert f'data-on-host="{on_host}"' in row, spec.reference
+    assert "not on the host: pulled from its registry at first use" in page
 
 
 def test_build_and_delete_a_private_image_from_the_console(console: Platform) -> None:

@@ -6,9 +6,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
 
-from gpudock.billing.money import (
+from gpudock.syntax import (
     AMOUNT_OR_ZERO_PATTERN,
     AMOUNT_PATTERN,
     MAX_AMOUNT_TEXT,
@@ -122,8 +129,13 @@ class LedgerLinePublic(BaseModel):
     instance_name: str | None
     gpu_model: str | None
     gpu_count: int
-    from_at: datetime | None = Field(serialization_alias="from")
-    to_at: datetime | None = Field(serialization_alias="to")
+    # Read back under the names they are written with, so that clients parse the answer.
+    from_at: datetime | None = Field(
+        serialization_alias="from", validation_alias=AliasChoices("from_at", "from")
+    )
+    to_at: datetime | None = Field(
+        serialization_alias="to", validation_alias=AliasChoices("to_at", "to")
+    )
     seconds: int
     rate: str | None
     rate_unit: str | None

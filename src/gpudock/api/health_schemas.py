@@ -1,8 +1,9 @@
 """API bodies for GPU health: faults, GPU states and the fleet's reliability.
 
-The response models are filled from the fleet service's own dataclasses
-(`FaultView`, `ReliabilityReport`) with `model_validate(..., from_attributes=True)`:
-the service decides the values, these classes only fix the public shape.
+Faults are filled from the fleet service's `FaultView` with
+`model_validate(..., from_attributes=True)`: the service decides the values,
+these classes fix the public shape. The reliability report's shape is defined
+once, in `gpudock.reliability`, and published as it is.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import BaseModel, Field
+
+from gpudock.reliability import GpuReliability, ModelReliability, ReliabilityReport
 
 
 class FaultRequest(BaseModel):
@@ -37,31 +40,7 @@ class GpuStatePublic(BaseModel):
     state_reason: str
 
 
-class GpuReliabilityPublic(BaseModel):
-    uuid: str
-    host: str
-    model: str
-    state: str
-    hours_in_service: float
-    failures: int
-    mtbf_hours: float | None
-    faults: dict[str, int]
-    migrations: int
-
-
-class ModelReliabilityPublic(BaseModel):
-    model: str
-    gpus: int
-    hours_in_service: float
-    failures: int
-    mtbf_hours: float | None
-    reference_mtbf_hours: float | None
-    faults: dict[str, int]
-    migrations: int
-    interruption_p50_s: float | None
-    interruption_max_s: float | None
-
-
-class ReliabilityPublic(BaseModel):
-    models: list[ModelReliabilityPublic]
-    gpus: list[GpuReliabilityPublic]
+# The reliability report is published in the shape the fleet service computes it.
+GpuReliabilityPublic = GpuReliability
+ModelReliabilityPublic = ModelReliability
+ReliabilityPublic = ReliabilityReport

@@ -53,6 +53,11 @@ class ImagePublic(BaseModel):
     visibility: str
     origin: str
     owner_id: str | None
+    on_host: bool | None = Field(
+        default=None,
+        description="whether the Docker Engine has the image now; if not, it is pulled "
+        "from its registry when an instance first needs it (null: not asked)",
+    )
     runs_on: dict[str, str] = Field(
         default_factory=dict,
         description="GPU model → 'ok', 'unknown: …' (what could not be checked: gpudock's "
@@ -79,3 +84,46 @@ class SavedImagePublic(BaseModel):
 class ValidateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     matrix: dict[str, Any] | None = Field(default=None, description="None: the default matrix")
+
+
+# -- the NDJSON events that builds and validation stream (not in the OpenAPI document) --
+
+
+class BuildEventPublic(BaseModel):
+    """One line of `POST /images/build`: a `log` line, then the `image` or an `error`."""
+
+    log: str | None = None
+    error: str | None = None
+    image: ImagePublic | None = None
+
+
+class SmokeCheckPublic(BaseModel):
+    check: str
+    ok: bool
+    detail: str
+
+
+class CandidateOutcomePublic(BaseModel):
+    name: str
+    reference: str
+    status: str = Field(description="passed, failed, published or held back")
+    build_error: str | None
+    checks: list[SmokeCheckPublic]
+    image_id: str | None
+    ok: bool
+
+
+class ValidationReportPublic(BaseModel):
+    run_id: str
+    threshold: float
+    failure_rate: float
+    passed: bool = Field(description="The failure rate stayed within the threshold")
+    published: list[str]
+    candidates: list[CandidateOutcomePublic]
+
+
+class ValidationEventPublic(BaseModel):
+    """One line of `POST /images/validate`: `log` lines, then the `report`."""
+
+    log: str | None = None
+    report: ValidationReportPublic | None = None

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from gpudock.services.accounts.tokens import DURATION_PATTERN, NAME_PATTERN
+from gpudock.syntax import DURATION_PATTERN, TOKEN_NAME_PATTERN
 
 # Environment variables a request may set: the service refuses the reserved
 # ones with an explanation, so pydantic checks only the shape of the body.
@@ -21,6 +21,9 @@ ENV_SCHEMA: dict[str, Any] = {
     "description": "Set in the instance; LD_PRELOAD, LD_AUDIT, NVIDIA_* and GPUDOCK_* are "
     "reserved (gpudock sets them)",
 }
+
+
+SHARE_BOUNDS: dict[str, Any] = {"exclusiveMinimum": 0, "exclusiveMaximum": 1}
 
 
 class ErrorBody(BaseModel):
@@ -102,7 +105,7 @@ class TokenCreateRequest(BaseModel):
     name: str = Field(
         min_length=1,
         max_length=64,
-        json_schema_extra={"pattern": NAME_PATTERN},
+        json_schema_extra={"pattern": TOKEN_NAME_PATTERN},
         examples=["laptop"],
         description="Unique among your unrevoked tokens",
     )
@@ -146,6 +149,19 @@ class GpuModelPublic(BaseModel):
         description='Per GPU-hour, a decimal string of currency units ("3.6"); '
         "null when no price is set (free).",
     )
+    share_free_milli: int = Field(
+        default=0,
+        description="Milli-GPU free for shares: on healthy GPUs of this model held by no "
+        "whole-GPU instance (1000 = one card)",
+    )
+    largest_share_milli: int = Field(
+        default=0, description="The largest share one GPU of this model can take now (milli-GPU)"
+    )
+
+
+class GpuSharePublic(BaseModel):
+    instance_id: str
+    milli: int = Field(description="Its share of the card, in milli-GPU")
 
 
 class GpuPublic(BaseModel):
@@ -159,7 +175,8 @@ class GpuPublic(BaseModel):
     state: str
     state_reason: str = ""
     present: bool
-    instance_id: str | None
+    instance_id: str | None = Field(description="The instance holding it whole, if any")
+    shares: list[GpuSharePublic] = Field(default_factory=list, description="Shares it holds")
 
 
 class HostPublic(BaseModel):
@@ -202,6 +219,51 @@ class InstanceCreateRequest(BaseModel):
     env: Annotated[dict[str, str], WithJsonSchema(ENV_SCHEMA)] = Field(
         default_factory=dict, max_length=128
     )
+    # The bounds are documented and checked by the service, whose messages say
+    # what to ask for instead ("a whole card: gpu_count 1, without gpu_share").
+    gpu_share: (
+        Annotated[
+            float,
+            Field(
+                allow_inf_nan=False,
+                json_schema_extra={"exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            ),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        examples=[0.25],
+        description="A share of one GPU, as a fraction of the card (0 < x < 1; rounded up "
+        "to the milli-GPU). Give this or gpu_memory_gb, not both; gpu_count is 1.",
+    )
+    gpu_memory_gb: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        examples=[20],
+        description="A share of one GPU, as GB of its memory (less than the card's; the "
+        "share is that fraction of the card, rounded up to the milli-GPU).",
+    )
+    gpu_models: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=8,
+        examples=[["A100-80GB", "H100-80GB"]],
+        description="GPU models the instance accepts; gpu_model (default: the first of "
+        "these) is preferred. Placement takes the first that has room, and gpu_model in "
+        "the answer says which it got.",
+    )
+
+
+class InstanceQueuePublic(BaseModel):
+    """Where a waiting instance stands (only on GET /instances/{id})."""
+
+    position: int = Field(description="1: the next to be placed among those that want its GPUs")
+    waiting: int = Field(description="How many instances wait for the same GPU models")
+    reason: str = Field(description="Why it waits, as the placement pass last saw it")
+    estimate: str = Field(
+        description='When it may start, or "unknown" when nothing bounds how long '
+        "the instances holding its GPUs will run"
+    )
 
 
 class InstancePublic(BaseModel):
@@ -228,6 +290,22 @@ class InstancePublic(BaseModel):
     )
     stay_on_host: bool = Field(
         default=False, description="Start waits for its own host instead of moving."
+    )
+    gpu_models: list[str] = Field(
+        default_factory=list,
+        description="The GPU models it accepts, gpu_model (the one it got, once placed) first",
+    )
+    gpu_share: str | None = Field(
+        default=None,
+        examples=["0.25"],
+        description="Its share of one GPU as a decimal fraction; null: whole GPUs",
+    )
+    gpu_share_milli: int | None = Field(default=None, description="The same in milli-GPU")
+    gpu_memory_limit_mb: int | None = Field(
+        default=None, description="A placed share's GPU memory limit (its part of the card's)"
+    )
+    queue: InstanceQueuePublic | None = Field(
+        default=None, description="Its place in the wait queue while it waits for GPUs"
     )
 
 

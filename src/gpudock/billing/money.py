@@ -2,6 +2,8 @@
 
 The API and the CLI speak decimal strings (`"3.6"` = 3.6 CNY); these two
 functions are the only places that convert, exactly, through `decimal.Decimal`.
+What an amount's text may look like (its pattern, length and largest value) is
+in `gpudock.syntax`, which the API's schemas publish.
 """
 
 from __future__ import annotations
@@ -10,20 +12,13 @@ import re
 from decimal import Decimal, InvalidOperation
 
 from gpudock.errors import InvalidRequest
+from gpudock.syntax import MAX_AMOUNT_TEXT, MAX_UNITS
 
 MICROS_PER_UNIT = 1_000_000
 DECIMALS = 6
-MAX_UNITS = 1_000_000_000  # one billion currency units: far above any real amount
 MAX_MICROS = MAX_UNITS * MICROS_PER_UNIT  # fits a signed 64-bit column 9000 times over
-MAX_AMOUNT_TEXT = 40
 # ASCII digits only (`\d` would take "٣"), around them any whitespace `strip` removes
 DECIMAL_PATTERN = r"^\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*$"
-# What parse_amount accepts, exactly, as a JSON Schema pattern: no sign but '+', at
-# most 9 integer digits (or exactly 1,000,000,000), at most 6 decimals that are not
-# zeros; AMOUNT_PATTERN also needs a digit that is not zero.
-_UNITS = r"(?:0*[0-9]{1,9}(?:\.[0-9]{0,6}0*)?|0*1000000000(?:\.0*)?|\.[0-9]{1,6}0*)"
-AMOUNT_OR_ZERO_PATTERN = rf"^\s*\+?{_UNITS}\s*$"
-AMOUNT_PATTERN = rf"^\s*\+?(?=[^1-9]*[1-9]){_UNITS}\s*$"
 _DECIMAL = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z")
 _STEP = Decimal(1).scaleb(-DECIMALS)
 
@@ -77,6 +72,19 @@ def format_amount(micros: int) -> str:
     units, fraction = divmod(abs(micros), MICROS_PER_UNIT)
     digits = f"{fraction:06d}".rstrip("0")
     return f"{sign}{units}" + (f".{digits}" if digits else "")
+
+
+def format_cents(micros: int) -> str:
+    """Micro-units → what a person reads: two decimals, half up (99_958_334 → "99.96");
+    an amount that is not zero but rounds to it says so ("<0.01", "-<0.01")."""
+    sign = "-" if micros < 0 else ""
+    cents, remainder = divmod(abs(micros), MICROS_PER_UNIT // 100)
+    if remainder * 2 >= MICROS_PER_UNIT // 100:
+        cents += 1
+    if cents == 0 and micros != 0:
+        return f"{sign}<0.01"
+    units, fraction = divmod(cents, 100)
+    return f"{sign if cents else ''}{units}.{fraction:02d}"
 
 
 def _shown(text: str) -> str:

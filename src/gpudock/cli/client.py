@@ -4,19 +4,27 @@
       (exit 1)                the server or the runtime said no, or cannot be reached
       (exit 2)                the command line or the local configuration is wrong
 
-httpx exceptions and HTTP error responses become CliError here and nowhere else.
+Every answer is parsed into the server's own response model (`gpudock.api.*_schemas`,
+which import nothing but pydantic), so commands read attributes and `--json` prints
+the model as the server wrote it. Request bodies stay plain mappings: the server
+validates them and says what is wrong in its own words.
+
+httpx exceptions, HTTP error responses and answers that do not fit their model
+become CliError here and nowhere else.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import TracebackType
-from typing import Any, Self
+from typing import Self, TypeVar
+from urllib.parse import quote
 
 import httpx
+from pydantic import TypeAdapter, ValidationError
 
 from gpudock import __version__
+from gpudock.api.schemas import ErrorPublic
 from gpudock.cli.config import Config, ConfigError, load_config
 
 API_PREFIX = "/api/v1"
@@ -27,6 +35,16 @@ LOGIN_HINT = (
 )
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+Answer = TypeVar("Answer")
+Body = Mapping[str, object]
+Query = Mapping[str, str] | None
+"""A query string's parameters, if there are any."""
+
+
+def quoted_path(*segments: str) -> str:
+    """`/a/b/c` with each segment quoted, so that a name or id stays one segment."""
+    return "".join("/" + quote(segment, safe="") for segment in segments)
 
 
 class CliError(Exception):
@@ -74,24 +92,44 @@ class ApiClient:
     def close(self) -> None:
         self._http.close()
 
-    def get(self, path: str) -> Any:
-        return self.request("GET", path)
+    def get(self, path: str, into: type[Answer], *, params: Query = None) -> Answer:
+        return self.request("GET", path, into, params=params)
 
-    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        return self.request("POST", path, body)
+    def post(
+        self, path: str, into: type[Answer], body: Body | None = None, *, params: Query = None
+    ) -> Answer:
+        return self.request("POST", path, into, body, params=params)
 
-    def delete(self, path: str) -> Any:
-        return self.request("DELETE", path)
+    def put(self, path: str, into: type[Answer], body: Body, *, params: Query = None) -> Answer:
+        return self.request("PUT", path, into, body, params=params)
 
-    def stream_ndjson(
+    def delete(self, path: str, into: type[Answer], *, params: Query = None) -> Answer:
+        return self.request("DELETE", path, into, params=params)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        into: type[Answer],
+        body: Body | None = None,
+        *,
+        params: Query = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Answer:
+        """Send, then parse the answer into `into` (a response model, or a list of one)."""
+        response = self._send(method, path, body, params=params, headers=headers)
+        return self._parse(response.content, into, f"{method} {path}")
+
+    def stream(
         self,
         path: str,
+        into: type[Answer],
         *,
-        params: dict[str, str] | None = None,
+        params: Query = None,
         content: bytes | None = None,
-        body: dict[str, Any] | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        """POST, then yield each JSON line of the answer as it arrives (builds, validation)."""
+        body: Body | None = None,
+    ) -> Iterator[Answer]:
+        """POST, then yield each NDJSON line of the answer as it arrives (builds, validation)."""
         headers = {"Content-Type": "application/x-tar"} if content is not None else None
         try:
             with self._http.stream(
@@ -108,29 +146,11 @@ class ApiClient:
                     raise _http_error(response)
                 for line in response.iter_lines():
                     if line.strip():
-                        yield json.loads(line)
+                        yield self._parse(line, into, f"POST {path}")
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from exc
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        *,
-        params: dict[str, str] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> Any:
-        response = self._send(method, path, body, params=params, headers=headers)
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise CliError(
-                f"the server at {self.url} answered {method} {path} with something other "
-                "than JSON: is that URL a gpudock server?"
-            ) from exc
-
-    def get_text(self, path: str, params: dict[str, str] | None = None) -> str:
+    def get_text(self, path: str, params: Query = None) -> str:
         """GET a non-JSON answer (e.g. CSV) as text."""
         return self._send("GET", path, None, params=params).text
 
@@ -138,10 +158,10 @@ class ApiClient:
         self,
         method: str,
         path: str,
-        body: dict[str, Any] | None,
+        body: Body | None,
         *,
-        params: dict[str, str] | None = None,
-        headers: dict[str, str] | None = None,
+        params: Query = None,
+        headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
         try:
             response = self._http.request(method, path, json=body, params=params, headers=headers)
@@ -150,6 +170,26 @@ class ApiClient:
         if response.is_error:
             raise _http_error(response)
         return response
+
+    def _parse(self, raw: bytes | str, into: type[Answer], what: str) -> Answer:
+        try:
+            return TypeAdapter(into).validate_json(raw)
+        except ValidationError as exc:
+            raise self._unreadable(exc, what) from exc
+
+    def _unreadable(self, exc: ValidationError, what: str) -> CliError:
+        first = exc.errors()[0]
+        if first["type"] == "json_invalid":
+            return CliError(
+                f"the server at {self.url} answered {what} with something other "
+                "than JSON: is that URL a gpudock server?"
+            )
+        field = ".".join(str(part) for part in first["loc"]) or "the body"
+        return CliError(
+            f"the server at {self.url} answered {what} with a body this CLI cannot read "
+            f"({field}: {first['msg']})",
+            hint="the CLI and the server should be the same gpudock version",
+        )
 
     def _transport_error(self, exc: httpx.HTTPError) -> CliError:
         if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
@@ -181,12 +221,10 @@ def _http_error(response: httpx.Response) -> CliError:
 
 
 def _error_message(response: httpx.Response) -> str:
-    """The server's `{"error": {"message"}}`, or the status line for anything else."""
+    """The server's error message, or the status line for anything else."""
     try:
-        error = response.json().get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
-    except (ValueError, AttributeError):
+        return ErrorPublic.model_validate_json(response.content).error.message
+    except ValidationError:
         pass
     text = response.text.strip()[:200]
     reason = f"HTTP {response.status_code} {response.reason_phrase}"

@@ -1,4 +1,4 @@
-"""What the CLI prints: Rich tables for people, the API's raw JSON for scripts.
+"""What the CLI prints: Rich tables for people, the API's JSON for scripts.
 
 Tables and messages go to stdout; errors, hints and progress go to stderr, so that
 `--json` output can always be piped.
@@ -7,9 +7,9 @@ Tables and messages go to stdout; errors, hints and progress go to stderr, so th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypeVar
 
 import typer
 from rich.console import Console
@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 NONE = "—"
+Item = TypeVar("Item")
 STATUS_STYLES = {
     "running": "green",
     "stopped": "dim",
@@ -39,9 +40,13 @@ def stderr() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def print_json(data: Any) -> None:
-    """The API's JSON as it came, indented; plain text (no Rich markup or wrapping)."""
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+def print_json(answer: object) -> None:
+    """An answer as the server wrote it (models under their JSON names), indented;
+    plain text (no Rich markup or wrapping)."""
+    from pydantic_core import to_jsonable_python  # only --json needs it: not at start-up
+
+    body = to_jsonable_python(answer, by_alias=True)
+    typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
 
 
 def print_error(message: str, hint: str | None = None) -> None:
@@ -49,6 +54,24 @@ def print_error(message: str, hint: str | None = None) -> None:
     console.print(Text.assemble(("error: ", "bold red"), (message, "red")), soft_wrap=True)
     if hint:
         console.print(Text("hint: " + hint, style="yellow"), soft_wrap=True)
+
+
+def print_answer(
+    answer: object,
+    json_output: bool,
+    message: str,
+    *,
+    style: str | None = None,
+    note: str | None = None,
+) -> None:
+    """The answer's JSON with --json; otherwise `message` for a person, and a `note`
+    on stderr if there is one."""
+    if json_output:
+        print_json(answer)
+        return
+    print_message(message, style)
+    if note:
+        print_note(note)
 
 
 def print_note(message: str) -> None:
@@ -68,6 +91,28 @@ def table(*columns: str, title: str | None = None) -> Table:
 def add_rows(grid: Table, rows: Iterable[Sequence[str | Text]]) -> None:
     for row in rows:
         grid.add_row(*row)
+
+
+def print_listing(
+    items: Sequence[Item],
+    columns: Sequence[str],
+    row: Callable[[Item], Sequence[str | Text]],
+    *,
+    json_output: bool = False,
+    answer: object = None,
+    empty: str | None = None,
+) -> None:
+    """With --json, the answer's JSON (the items, unless the `answer` around them is
+    given); otherwise `empty` when there is nothing (if given), or a table of one
+    row per item."""
+    if json_output:
+        print_json(items if answer is None else answer)
+    elif not items and empty:
+        print_message(empty)
+    else:
+        grid = table(*columns)
+        add_rows(grid, (row(item) for item in items))
+        show(grid)
 
 
 def show(renderable: Table) -> None:
@@ -95,14 +140,10 @@ def gpus(model: str | None, count: int) -> str:
     return f"{count} × {model}" if count else "no GPU"
 
 
-def when(value: str | None) -> str:
-    """An API timestamp in local time, to the second."""
-    if not value:
+def when(moment: datetime | None) -> str:
+    """An API timestamp in local time, to the second (one without a zone is UTC)."""
+    if moment is None:
         return NONE
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return value
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")

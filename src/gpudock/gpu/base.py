@@ -51,6 +51,15 @@ class HealthEvent:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process on a GPU, as the driver sees it (`pid` is the host's)."""
+
+    gpu_uuid: str
+    pid: int
+    used_memory_mb: int | None  # None: the driver does not say (NVML_VALUE_NOT_AVAILABLE)
+
+
 class GpuSource(Protocol):
     def discover(self) -> list[HostInfo]:
         """Return every host this source knows, with its GPUs.
@@ -65,6 +74,12 @@ class GpuSource(Protocol):
         `timeout_ms` for the first one. A condition that persists (pending
         row remapping, a lost GPU) is reported on every call; the caller
         de-duplicates. Raises `GpuDiscoveryError` when the source cannot be read."""
+        ...
+
+    def process_memory(self) -> list[GpuProcess]:
+        """Return every compute process on this source's GPUs with the GPU
+        memory it holds now (a GPU that cannot say contributes none). Fast;
+        raises `GpuDiscoveryError` when the source cannot be read."""
         ...
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from gpudock.gpu.base import (
     GpuDiscoveryError,
     GpuInfo,
+    GpuProcess,
     HealthEvent,
     HostInfo,
     canonical_model_name,
@@ -100,6 +101,17 @@ class NvmlGpuSource:
             self._health = None
             raise GpuDiscoveryError(f"NVML health poll failed: {exc}") from exc
 
+    def process_memory(self) -> list[GpuProcess]:
+        """nvmlDeviceGetComputeRunningProcesses on every GPU (MIG and graphics
+        contexts are not shares gpudock makes, so they are not asked for)."""
+        nvml = self._nvml if self._nvml is not None else _import_pynvml()
+        with _nvml_session(nvml):
+            return [
+                process
+                for index in range(nvml.nvmlDeviceGetCount())
+                for process in _compute_processes(nvml, index)
+            ]
+
     def discover(self) -> list[HostInfo]:
         nvml = self._nvml if self._nvml is not None else _import_pynvml()
         with _nvml_session(nvml):
@@ -114,6 +126,23 @@ class NvmlGpuSource:
                 gpus=gpus,
             )
         return [host]
+
+
+def _compute_processes(nvml: ModuleType, index: int) -> list[GpuProcess]:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+    try:
+        running = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except nvml.NVMLError_NotSupported:
+        return []
+    return [
+        GpuProcess(
+            gpu_uuid=gpu_uuid,
+            pid=int(p.pid),
+            used_memory_mb=None if p.usedGpuMemory is None else int(p.usedGpuMemory) // _MIB,
+        )
+        for p in running
+    ]
 
 
 def nvml_available(nvml: ModuleType | None = None) -> bool:

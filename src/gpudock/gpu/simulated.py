@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 
 from gpudock.errors import InvalidRequest
-from gpudock.gpu.base import GpuInfo, HealthEvent, HostInfo
+from gpudock.gpu.base import GpuInfo, GpuProcess, HealthEvent, HostInfo
 
 _UUID_NAMESPACE = uuid.UUID("6f1c2a56-1d1e-4b8e-9a52-7c9a0f3b9d10")
 _PART = re.compile(r"^(?P<hosts>\d+)x(?P<gpus>\d+)x(?P<model>[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)$")
@@ -77,6 +77,11 @@ class SimulatedGpuSource:
     def poll_health(self, timeout_ms: int) -> list[HealthEvent]:
         """Simulated GPUs report nothing by themselves: faults are injected
         through the admin API (`gpudock admin gpus fault`)."""
+        return []
+
+    def process_memory(self) -> list[GpuProcess]:
+        """Simulated GPUs run no processes: shares are modelled in placement
+        and in the containers' limits, not in memory use."""
         return []
 
 

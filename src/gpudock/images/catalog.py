@@ -33,6 +33,7 @@ class ImageSpec:
     origin: str = "catalog"  # catalog | build | save | validated | manual
     owner_id: str | None = None
     id: str | None = None  # None for built-in entries
+    on_host: bool | None = None  # on the engine now; None: not asked
 
     def verdict(self, driver: str | None, cc: str | None) -> compat.Verdict:
         """Can this image run on a GPU of capability `cc` with driver `driver`?
@@ -116,3 +117,10 @@ def builtin_images(base_image: str) -> list[ImageSpec]:
 
 def with_size(spec: ImageSpec, size_bytes: int) -> ImageSpec:
     return replace(spec, size_bytes=size_bytes)
+
+
+def with_presence(spec: ImageSpec, size_bytes: int | None) -> ImageSpec:
+    """What the engine says of the image: its size where it has it, or that it has not."""
+    if size_bytes is None:
+        return replace(spec, on_host=False)
+    return replace(spec, on_host=True, size_bytes=spec.size_bytes or size_bytes)

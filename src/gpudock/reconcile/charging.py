@@ -209,6 +209,16 @@ def _decide(
     return _Decision(action, cause, available, burn_per_hour, running)
 
 
+def _what_to_do(cause: str) -> str:
+    """A spent budget is not fixed by a top-up: say what is."""
+    if cause == "monthly budget":
+        return (
+            "raise or clear the monthly budget (console: Billing; CLI: `gpudock billing budget "
+            "AMOUNT` or `--clear`) and start again"
+        )
+    return "top up (ask an admin) and start again"
+
+
 def _protect(
     ctx: ServiceContext,
     session: Session,
@@ -230,7 +240,7 @@ def _protect(
         reason = (
             f"{metering.BILLING_STOP_PREFIX}stopped: the {decision.cause} left ({money}) does "
             f"not cover the next {ctx.settings.billing_charge_period_s} s at {rate}; "
-            "top up and start again"
+            f"{_what_to_do(decision.cause)}"
         )
         for row in decision.running:
             if request_stop(session, user.instances[row.instance_id], reason, now):

@@ -36,6 +36,7 @@ from gpudock.reconcile import (
     lifecycle,
     liveness,
     placement,
+    share_watch,
     system_disks,
 )
 from gpudock.services.context import ServiceContext
@@ -84,6 +85,7 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._charging_thread: threading.Thread | None = None
         health_watch, disk_watch = gpu_health.HealthWatch(), system_disks.DiskWatch()
+        shares_watch = share_watch.ShareWatch()
         settings = ctx.settings
         self._passes = [
             _Pass("garbage", lambda: garbage.collect_garbage(ctx), GC_INTERVAL_S),
@@ -102,6 +104,11 @@ class Reconciler:
                 "system disks",
                 lambda: system_disks.check_system_disks(ctx, disk_watch),
                 settings.system_disk_check_interval_s,
+            ),
+            _Pass(
+                "share memory",
+                lambda: share_watch.watch_shares(ctx, shares_watch),
+                settings.share_watch_interval_s,
             ),
         ]
         self._charging = [

@@ -36,34 +36,31 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet.inventory import capacity_snapshot
 from gpudock.services.images import catalog as images
+from gpudock.services.instances import queue
 from gpudock.services.instances.status import switch_instance_status
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
-WAITING = (S.PENDING, S.STARTING, S.MIGRATING)  # unplaced rows the placement pass serves
+WAITING = queue.WAITING
 
 
 def place_waiting(ctx: ServiceContext) -> None:
     """Place waiting instances in queue order; the database rejects a GPU
     given twice (primary key on the allocation), whatever the timing."""
     with ctx.reader() as session:  # no write lock: commits re-check under the row lock
-        waiting = list(
-            session.scalars(
-                select(InstanceModel)
-                .where(
-                    InstanceModel.desired_state == DesiredState.RUNNING,
-                    InstanceModel.placed.is_(False),
-                    InstanceModel.status.in_(WAITING),
-                )
-                .order_by(InstanceModel.queued_at, InstanceModel.id)
-            )
-        )
+        waiting = queue.waiting_in_order(session)
         if not waiting:
             return
         snapshot = capacity_snapshot(session)
+    # Which hosts can run an image on a model does not change within a pass: asked
+    # once per (image, model), not once per waiting instance.
+    runnable: dict[tuple[str, str | None], frozenset[str] | None] = {}
     for instance in waiting:
-        request = _request_of(instance)
-        hosts = images.runnable_hosts(ctx, instance.image, instance.gpu_model)
+        request = queue.placement_request(instance)
+        key = (instance.image, instance.gpu_model)
+        if key not in runnable:
+            runnable[key] = images.runnable_hosts(ctx, instance.image, instance.gpu_model)
+        hosts = runnable[key]
         if instance.stay_on_host and instance.host_id is not None:  # --stay
             own = frozenset({instance.host_id})
             hosts = own if hosts is None else hosts & own
@@ -78,21 +75,6 @@ def place_waiting(ctx: ServiceContext) -> None:
         else:
             with ctx.reader() as session:
                 snapshot = capacity_snapshot(session)
-
-
-def _request_of(instance: InstanceModel) -> PlacementRequest:
-    previous = frozenset(g for g in instance.container_gpus.split(",") if g)
-    sticky = instance.gpu_share_milli is None and len(previous) == instance.gpu_count
-    return PlacementRequest(
-        gpu_model=instance.gpu_model,
-        gpu_count=instance.gpu_count,
-        cpus=instance.cpu,
-        memory_gb=instance.memory_gb,
-        preferred_gpus=previous if sticky else frozenset(),
-        preferred_host=instance.host_id,
-        share_milli=instance.gpu_share_milli,
-        other_models=frozenset(instance.accepted_models) - {instance.gpu_model or ""},
-    )
 
 
 def waiting_reason(instance: InstanceModel) -> str:
@@ -148,7 +130,7 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
             for gpu_id in placement.gpu_uuids if row.gpu_share_milli is None else ():
                 session.add(GpuAllocationModel(gpu_id=gpu_id, instance_id=row.id, allocated_at=now))
             row.placed, row.host_id = True, placement.host_id
-            row.gpu_model = placement.model or row.gpu_model
+            _record_model(row, placement.model)
             session.flush()
             new_status = S.CREATING if row.status == S.PENDING else S.STARTING
             reason = "placed; starting the container"
@@ -160,6 +142,15 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
         return False
     ctx.wake_reconciler()
     return True
+
+
+def _record_model(row: InstanceModel, model: str | None) -> None:
+    """The instance records the model it got; the others it accepts stay
+    acceptable (a later start may land on any of them)."""
+    if model is None or model == row.gpu_model:
+        return
+    row.gpu_model_choices = ",".join(m for m in row.accepted_models if m != model)
+    row.gpu_model = model
 
 
 class _ShareTaken(Exception):

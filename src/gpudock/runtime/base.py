@@ -37,6 +37,13 @@ class ImageNotFound(RuntimeFailure):
     code = "image_not_found"
 
 
+class RegistryUnreachable(RuntimeFailure):
+    """The engine could not reach the registry that would have the image: the name
+    may well be right, the network (or the registry) is the problem."""
+
+    code = "registry_unreachable"
+
+
 class RuntimeTimeout(RuntimeFailure):
     """The engine answered, but the work it runs (a check, a data copy) did not
     end within its time limit; the message names what ran and for how long."""
@@ -173,11 +180,13 @@ class Runtime(Protocol):
         ...
 
     def image_pullable(self, ref: str) -> bool:
-        """True if a registry says the reference exists (asks the registry, no download)."""
+        """True if a registry says the reference exists (asks the registry, no download);
+        `RegistryUnreachable` if the registry cannot be asked."""
         ...
 
     def ensure_image(self, ref: str) -> None:
-        """Make the image present, pulling it if needed; `ImageNotFound` if impossible."""
+        """Make the image present, pulling it if needed; `ImageNotFound` if the
+        registry has no such image, `RegistryUnreachable` if it cannot be reached."""
         ...
 
     def image_info(self, ref: str) -> ImageInfo | None:
@@ -341,6 +350,12 @@ class Runtime(Protocol):
         """One reading of the container's CPU, memory and process use, taken now
         (no waiting for a second sample: callers compare readings themselves);
         None if it does not exist or is not running."""
+        ...
+
+    def container_of_pid(self, pid: int) -> str | None:
+        """The id of the container whose cgroup holds the host process `pid`
+        (as NVML reports it), or None: in no container, gone, or this engine's
+        processes cannot be seen from here (a remote engine). Fast: no engine call."""
         ...
 
 

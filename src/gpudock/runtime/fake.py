@@ -28,6 +28,7 @@ from gpudock.runtime.base import (
     ImageNotFound,
     NetworkState,
     RawOutput,
+    RegistryUnreachable,
     VolumeState,
 )
 
@@ -54,6 +55,7 @@ class FakeRuntime:
     system_disk_quota: bool = False  # the engine's own limit; False: the watchdog's job
     writable_bytes: dict[str, int] = field(default_factory=dict)  # by container id
     pullable: set[str] = field(default_factory=set)
+    registry_reachable: bool = True  # False: every pull and look-up fails as offline
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     containers: dict[str, _Container] = field(default_factory=dict)
     volumes: dict[str, VolumeState] = field(default_factory=dict)
@@ -66,6 +68,8 @@ class FakeRuntime:
     volume_sizes: dict[str, int] = field(default_factory=dict)
     # what `container_stats` reports, by container id (see `set_usage`)
     usage: dict[str, FakeUsage] = field(default_factory=dict)
+    # host PID -> container id, as the processes' cgroups would say (`add_process`)
+    pid_owners: dict[int, str] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -94,6 +98,11 @@ class FakeRuntime:
         )
 
     def image_pullable(self, ref: str) -> bool:
+        if not self.registry_reachable:
+            raise RegistryUnreachable(
+                f"image {ref!r} is not on the engine and its registry cannot be reached "
+                "from it (dial tcp: lookup registry: no such host)"
+            )
         return _familiar(ref) in {_familiar(p) for p in self.pullable}
 
     def ensure_image(self, ref: str) -> None:
@@ -319,6 +328,13 @@ class FakeRuntime:
     # -- usage: readings the test sets, taken at `clock()` ----------
     def set_usage(self, name_or_id: str, usage: FakeUsage) -> None:
         self.usage[self._get(name_or_id).state.id] = usage
+
+    def add_process(self, name_or_id: str, pid: int) -> None:
+        """A process of the container, for `container_of_pid`."""
+        self.pid_owners[pid] = self._get(name_or_id).state.id
+
+    def container_of_pid(self, pid: int) -> str | None:
+        return self.pid_owners.get(pid)
 
     def container_stats(self, container_id: str) -> ContainerStats | None:
         container = self._find(container_id)

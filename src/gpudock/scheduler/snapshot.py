@@ -65,6 +65,9 @@ class Snapshot:
         self.mem_free = self.mem_cap.copy()
         # GPU slots a node lacks stay at 0 free and so never fit a request.
         self.gpu_free: IntArray = np.where(self.gpu_exists, MILLI_PER_GPU, 0).astype(np.int64)
+        # Kept with gpu_free, so that feasibility is a few 1-D comparisons.
+        self.full_free: IntArray = self.num_gpus.copy()
+        self.max_free: IntArray = np.where(self.num_gpus > 0, MILLI_PER_GPU, 0).astype(np.int64)
         self.capacity_milli = int(self.num_gpus.sum()) * MILLI_PER_GPU
         self.used_milli = 0
         self.stamp: IntArray = np.zeros(self.size, np.int64)
@@ -85,7 +88,10 @@ class Snapshot:
         ok = (self.cpu_free >= demand.cpu_milli) & (self.mem_free >= demand.memory_mib)
         if demand.gpus:
             ok &= self.model_mask(demand.models)
-            ok &= (self.gpu_free >= demand.milli).sum(1) >= demand.gpus
+            if demand.milli >= MILLI_PER_GPU:
+                ok &= self.full_free >= demand.gpus
+            else:
+                ok &= self.max_free >= demand.milli
         return ok
 
     def fits_when_empty(self, demand: Demand) -> BoolArray:
@@ -156,5 +162,8 @@ class Snapshot:
         self._touch(node)
 
     def _touch(self, node: int) -> None:
+        row = self.gpu_free[node]
+        self.full_free[node] = int((row >= MILLI_PER_GPU).sum())
+        self.max_free[node] = int(row.max()) if self.width else 0
         self.clock += 1
         self.stamp[node] = self.clock

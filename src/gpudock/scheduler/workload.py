@@ -6,9 +6,9 @@ the requests actually made, with exponential decay so that it follows a
 workload that drifts. A class is a request shape (GPUs, milli per GPU, CPU,
 memory, acceptable models); the estimate keeps the most frequent classes that
 together make up `coverage` of the (decayed) requests, as FGD does with its
-"typical pods", and re-ranks them every `rerank_every` observations so that
-the per-node caches built on the class list are rebuilt rarely (re-ranking
-starts at 1, 2, 4, ... observations so the first classes are known early).
+"typical pods", and re-ranks them every `rerank_every` observations (starting
+at 1, 2, 4, ... so the first classes are known early). Classes and weights
+change only at a re-rank, so that scores computed from them can be cached.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class WorkloadEstimate:
         half_life: float = 2000.0,
         coverage: float = 0.95,
         max_classes: int = 64,
-        rerank_every: int = 500,
+        rerank_every: int = 2000,
     ) -> None:
         self._growth = math.exp(math.log(2.0) / half_life) if half_life > 0 else 1.0
         self._coverage = coverage
@@ -54,7 +54,8 @@ class WorkloadEstimate:
         self._since_rerank = 0
         self._observed = 0
         self._ranked: tuple[ClassKey, ...] = ()
-        self.version = 0  # bumped whenever the ranked class list changes
+        self._weights: list[float] = []
+        self.version = 0  # bumped whenever the ranked classes or their weights change
 
     @classmethod
     def fixed(cls, classes: Iterable[tuple[Demand, float]]) -> WorkloadEstimate:
@@ -87,32 +88,44 @@ class WorkloadEstimate:
             self._rerank()
 
     def classes(self) -> tuple[WorkloadClass, ...]:
-        total = sum(self._counts[k] for k in self._ranked)
-        if total <= 0:
-            return ()
-        return tuple(WorkloadClass(self._demands[k], self._counts[k] / total) for k in self._ranked)
+        """The ranked classes with their weights as of the last re-rank."""
+        return tuple(
+            WorkloadClass(self._demands[k], w)
+            for k, w in zip(self._ranked, self._weights, strict=True)
+        )
 
     def weights(self) -> list[float]:
-        """Current weights of `classes()`, in the same order (cheap: no new objects)."""
-        values = [self._counts[k] for k in self._ranked]
-        total = sum(values)
-        return [v / total for v in values] if total > 0 else values
+        """The weights of `classes()`, in the same order (cheap: no new objects).
+        They change only at a re-rank, so scores computed with them can be kept."""
+        return self._weights
 
     def _rerank(self) -> None:
         self._since_rerank = 0
-        ordered = sorted(self._counts, key=lambda k: (-self._counts[k], _sortable(k)))
-        need = self._coverage * sum(self._counts.values())
-        chosen: list[ClassKey] = []
-        covered = 0.0
-        for key in ordered:
-            if covered >= need or len(chosen) >= self._max_classes:
-                break
-            chosen.append(key)
-            covered += self._counts[key]
+        chosen: set[ClassKey] = set()
+        # The most frequent classes that make up `coverage` of the requests, and
+        # those that make up `coverage` of the GPU asked for: a rare class of big
+        # requests (8 GPUs) asks for much of it.
+        for size in (lambda k: 1.0, _gpu_milli):
+            mass = {k: self._counts[k] * size(k) for k in self._counts}
+            ordered = sorted(mass, key=lambda k: (-mass[k], _sortable(k)))
+            need = self._coverage * sum(mass.values())
+            covered = sum(mass[k] for k in chosen)
+            for key in ordered:
+                if covered >= need or len(chosen) >= self._max_classes:
+                    break
+                if key not in chosen:
+                    chosen.add(key)
+                    covered += mass[key]
         ranked = tuple(sorted(chosen, key=_sortable))
-        if ranked != self._ranked:
-            self._ranked = ranked
+        total = sum(self._counts[k] for k in ranked)
+        weights = [self._counts[k] / total for k in ranked] if total > 0 else []
+        if ranked != self._ranked or weights != self._weights:
+            self._ranked, self._weights = ranked, weights
             self.version += 1
+
+
+def _gpu_milli(key: ClassKey) -> float:
+    return float(key[0] * key[1])
 
 
 def _sortable(key: ClassKey) -> tuple[int, int, int, int, tuple[str, ...]]:

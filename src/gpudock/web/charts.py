@@ -81,6 +81,8 @@ def bar_chart(
                 title=f"{label}: {fmt(value)}",
             )
         )
-    ticks = [Tick(round(TOP + plot_h * (1 - f), 1), fmt(int(top * f))) for f in (0, 0.5, 1)]
     empty = not any(v > 0 for _, v in points)
+    # An empty chart has no scale to read: its axis would say "0.000001 / 0 / 0".
+    fractions = () if empty else (0, 0.5, 1)
+    ticks = [Tick(round(TOP + plot_h * (1 - f), 1), fmt(int(top * f))) for f in fractions]
     return Chart(width, height, LEFT, TOP + plot_h, bars, ticks, empty)

@@ -6,11 +6,15 @@ from datetime import datetime
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from markupsafe import Markup
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gpudock.billing.money import format_amount, format_cents
 from gpudock.services.instances.usage import CpuMeter
 from gpudock.sizes import MIB, format_size
-from gpudock.web.deps import TEMPLATES
+from gpudock.web.deps import TEMPLATES, console_http_errors
 from gpudock.web.pages import (
     admin,
     auth,
@@ -43,13 +47,30 @@ def _duration(seconds: int) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
+def _cash(micros: int) -> Markup:
+    """An amount as people read it (two decimals), the exact one on hover: the CSV
+    and the API keep every micro-unit."""
+    template = Markup('<span class="money" title="{0}" data-exact="{0}">{1}</span>')
+    return template.format(format_amount(micros), format_cents(micros))
+
+
+def _favicon() -> FileResponse:
+    """Browsers ask for /favicon.ico whatever the page links: the same icon."""
+    return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
+
+
 def mount_console(app: FastAPI) -> None:
+    """After the API's error handlers: the console wraps the one for HTTP errors."""
     TEMPLATES.env.filters["when"] = _when
     TEMPLATES.env.filters["mib"] = _mib
     TEMPLATES.env.filters["duration"] = _duration
     TEMPLATES.env.filters["size"] = format_size
+    TEMPLATES.env.filters["cash"] = _cash
     app.state.cpu_meter = CpuMeter()
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
+    api_handler = app.exception_handlers[StarletteHTTPException]
+    app.add_exception_handler(StarletteHTTPException, console_http_errors(api_handler))
     for router in (
         auth.router,
         instances.router,

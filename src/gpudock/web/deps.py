@@ -8,7 +8,9 @@ JSON), and a missing login into a redirect.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -17,6 +19,7 @@ from fastapi import Depends, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpudock.errors import Forbidden, GpudockError, Unauthenticated
 from gpudock.services.accounts import logins as accounts
@@ -31,7 +34,16 @@ LOGIN_CSRF_COOKIE = "gpudock_login_csrf"
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-ERROR_TITLES = {402: "Not enough balance", 403: "Forbidden", 404: "Not found"}
+ERROR_TITLES = {
+    402: "Not enough balance",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Not found",
+}
+# What a page says when the server itself failed: the details go to the log, never
+# to the page (a traceback can hold another tenant's data or a secret).
+SERVER_FAULT_MESSAGE = "the server could not show this page; the error is in the server's log"
+LOG = logging.getLogger(__name__)
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
@@ -164,6 +176,38 @@ def _error_page(request: Request, exc: GpudockError) -> Response:
     return render(request, "error.html", viewer, exc.http_status, title=title, message=exc.message)
 
 
+def _page_not_found(request: Request) -> Response:
+    viewer = optional_viewer(request, get_context(request))
+    message = f"there is no page at {request.url.path}"
+    return render(request, "error.html", viewer, 404, title="Not found", message=message)
+
+
+def _server_fault_page(request: Request) -> Response:
+    viewer = optional_viewer(request, get_context(request))
+    title = "Something went wrong"
+    return render(request, "error.html", viewer, 500, title=title, message=SERVER_FAULT_MESSAGE)
+
+
+HttpErrorHandler = Callable[[Request, Any], Response | Awaitable[Response]]
+
+
+def console_http_errors(
+    api_handler: HttpErrorHandler,
+) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """The framework's own errors (no route, wrong method) as a console page for
+    what a browser asks outside the API; the API keeps its JSON bodies."""
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        outside_api = not request.url.path.startswith("/api/")
+        if outside_api and exc.status_code in (404, 405) and request.method in ("GET", "HEAD"):
+            return _page_not_found(request)
+        answer = api_handler(request, exc)
+        return await answer if inspect.isawaitable(answer) else answer
+
+    return handle
+
+
 def _login_redirect(request: Request) -> Response:
     target = "/login?next=" + quote(request.url.path)
     if is_htmx(request):
@@ -184,6 +228,9 @@ class ConsoleRoute(APIRoute):
                 return _login_redirect(request)
             except GpudockError as exc:
                 return _error_page(request, exc)
+            except Exception:
+                LOG.exception("console page %s %s failed", request.method, request.url.path)
+                return _server_fault_page(request)
 
         return handle
 

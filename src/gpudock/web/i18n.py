@@ -23,6 +23,11 @@ ZH_CN: dict[str, str] = {
     "Users": "用户",
     "Account": "账户",
     "Log out": "退出登录",
+    "on the host": "已在主机上",
+    "not on the host: pulled from its registry at first use": (
+        "不在主机上：首次使用时从镜像仓库拉取"
+    ),
+    "Menu": "菜单",
     "Log in": "登录",
     "Billing": "账单",
     "SSH keys": "SSH 密钥",
@@ -133,6 +138,13 @@ ZH_CN: dict[str, str] = {
     "Balance": "余额",
     "Available": "可用",
     "Spending per hour": "每小时消费",
+    "money on the account: top-ups less what has been charged": "账户中的钱：充值减去已扣费",
+    "the balance less what running instances have used since their last charge": (
+        "余额减去运行中实例自上次扣费以来的用量"
+    ),
+    "nothing running that costs money": "没有正在计费的实例",
+    "lasts about {time} at this rate": "按此速度约可用 {time}",
+    "charges since the 1st (UTC)": "本月 1 日（UTC）以来的扣费",
     "Spent this month": "本月已消费",
     "Prices": "价格",
     "Kind": "类别",
@@ -309,6 +321,7 @@ ZH_CN: dict[str, str] = {
     "0 makes it free": "0 表示免费",
     "Save price": "保存价格",
     "Top up a wallet": "为用户充值",
+    "choose a user": "选择用户",
     "User": "用户",
     "Note": "备注",
     "optional: shown on the user's ledger": "可选：显示在用户的流水中",
@@ -367,6 +380,30 @@ ZH_CN: dict[str, str] = {
     "No faults yet.": "还没有故障。",
     "nvml": "NVML",
     "runtime": "运行时",
+    # shares of one GPU, the wait queue
+    "What to rent": "租用方式",
+    "Whole GPUs": "整卡",
+    "A share of one GPU": "单卡的一部分",
+    "Share of a GPU": "GPU 份额",
+    "of the card": "张卡",
+    "GB of its memory": "GB 显存",
+    "Only with “A share of one GPU”; the share pays its part of the GPU's price.": (
+        "仅用于“单卡的一部分”；按所占比例支付该 GPU 的价格。"
+    ),
+    "A {share} share of one {model}: {memory} of its GPU memory.": (
+        "一张 {model} 的 {share}：{memory} 显存。"
+    ),
+    "The largest share free now is {free} of a card: the instance waits in the queue "
+    "until one frees up.": "当前最大空闲份额为 {free} 张卡：实例将排队等待，直到有份额空出。",
+    "GPU memory limit": "显存上限",
+    "Queue": "队列",
+    "{position} of {waiting} waiting for these GPUs": (
+        "等待这些 GPU 的 {waiting} 个实例中的第 {position} 个"
+    ),
+    "Estimate": "预计",
+    "Free for shares": "可分份额",
+    "Largest share": "最大份额",
+    "{free} of the card free for shares": "该卡还有 {free} 可分",
 }
 
 CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN}

@@ -89,6 +89,8 @@ def test_each_share_pays_its_fraction(world: tuple[Platform, FakeRuntime, FakeCl
     lines = statements.ledger_page(platform.ctx, user, None, None, 100, None).lines
     charged = -sum(line.signed_amount for line in lines if line.signed_amount < 0)
     assert charged == 120 * 1_800_000 // 3600  # two minutes of half of 3.6 an hour
+    compute = next(line for line in lines if line.posting.kind == "compute")
+    assert compute.posting.description == "120 s × 0.5 × A100-80GB at 1.8/h"
     summary = balances.summary(platform.ctx, user)
     assert summary.burn_per_hour == 1_800_000  # half of 3.6 an hour
 
@@ -108,6 +110,7 @@ def test_a_request_names_the_models_it_accepts(
     platform.reconciler.drain()
     second = actions.get_instance(platform.ctx, user, "w2")
     assert second.status == InstanceStatus.RUNNING and second.gpu_model == "H100-80GB"
+    assert second.accepted_models == ("H100-80GB", "A100-80GB")  # the one it got first
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gpudock.api.deps import AdminUser, Context, CurrentUser
-from gpudock.api.schemas import GpuModelPublic, GpuPublic, HostPublic
+from gpudock.api.schemas import GpuModelPublic, GpuPublic, GpuSharePublic, HostPublic
 from gpudock.db.models import GpuModel, HostModel
 from gpudock.services.fleet import inventory
 
@@ -29,6 +29,7 @@ def _gpu(gpu: GpuModel) -> GpuPublic:
         state_reason=gpu.state_reason,
         present=gpu.present,
         instance_id=gpu.allocation.instance_id if gpu.allocation else None,
+        shares=[GpuSharePublic(instance_id=s.instance_id, milli=s.milli) for s in gpu.shares],
     )
 
 

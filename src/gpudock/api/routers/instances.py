@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -7,9 +8,15 @@ from fastapi import APIRouter, Query
 from gpudock.api.deps import Context, CurrentUser
 from gpudock.api.errors import error_responses
 from gpudock.api.links import links
-from gpudock.api.schemas import InstanceCreateRequest, InstanceEventPublic, InstancePublic
+from gpudock.api.schemas import (
+    InstanceCreateRequest,
+    InstanceEventPublic,
+    InstancePublic,
+    InstanceQueuePublic,
+)
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import actions as instances
+from gpudock.services.instances import queue
 from gpudock.services.instances.actions import InstanceRequest, InstanceView
 from gpudock.services.ssh import endpoint as ssh_endpoint
 
@@ -30,7 +37,9 @@ SHOW = {**NOT_FOUND, **NEXT}
 CHANGE = {**error_responses(404, 409), **NEXT}  # stop, restart, delete: the state may forbid it
 
 
-def _public(ctx: ServiceContext, v: InstanceView) -> InstancePublic:
+def _public(
+    ctx: ServiceContext, v: InstanceView, queue_position: queue.QueuePosition | None = None
+) -> InstancePublic:
     i = v.instance
     return InstancePublic(
         id=i.id,
@@ -53,7 +62,30 @@ def _public(ctx: ServiceContext, v: InstanceView) -> InstancePublic:
         updated_at=i.updated_at,
         ssh_command=ssh_endpoint.ssh_command(ctx.settings, i.id),
         stay_on_host=i.stay_on_host,
+        gpu_models=list(i.accepted_models),
+        gpu_share=v.share_text,
+        gpu_share_milli=i.gpu_share_milli,
+        gpu_memory_limit_mb=v.share_memory_mb,
+        queue=_queue_public(queue_position) if queue_position else None,
     )
+
+
+def _queue_public(position: queue.QueuePosition) -> InstanceQueuePublic:
+    return InstanceQueuePublic(
+        position=position.position,
+        waiting=position.waiting,
+        reason=position.reason,
+        estimate=position.estimate,
+    )
+
+
+def _request_from(body: InstanceCreateRequest) -> InstanceRequest:
+    """The body as the service reads it: a share's fraction as the decimal the
+    client wrote (0.3, not 0.29999…), the model set as a tuple."""
+    fields = body.model_dump()
+    share = fields.pop("gpu_share")
+    fields["gpu_models"] = tuple(fields["gpu_models"])
+    return InstanceRequest(**fields, gpu_share=None if share is None else Decimal(repr(share)))
 
 
 @router.post(
@@ -63,7 +95,7 @@ def _public(ctx: ServiceContext, v: InstanceView) -> InstancePublic:
     responses={**error_responses(402, 409), **links(201, "instance_id", "id", _NEXT)},
 )
 def create(ctx: Context, user: CurrentUser, body: InstanceCreateRequest) -> InstancePublic:
-    request = InstanceRequest(**body.model_dump())
+    request = _request_from(body)
     return _public(ctx, instances.view(ctx, instances.create_instance(ctx, user, request)))
 
 
@@ -74,7 +106,8 @@ def list_instances(ctx: Context, user: CurrentUser) -> list[InstancePublic]:
 
 @router.get("/{instance_id}", response_model=InstancePublic, responses=SHOW)
 def show(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(ctx, instances.view(ctx, instances.get_instance(ctx, user, instance_id)))
+    instance = instances.get_instance(ctx, user, instance_id)
+    return _public(ctx, instances.view(ctx, instance), queue.queue_position(ctx, instance))
 
 
 @router.post(

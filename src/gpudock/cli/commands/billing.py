@@ -4,19 +4,31 @@
 from __future__ import annotations
 
 import secrets
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated
 
 import typer
+from rich.text import Text
 
+from gpudock.api.billing_schemas import (
+    BalancePublic,
+    LedgerLinePublic,
+    LedgerPagePublic,
+    PricePublic,
+    PricesPublic,
+    TopupPublic,
+    UsagePublic,
+    UsageReportPublic,
+)
 from gpudock.cli import output
 from gpudock.cli.client import ApiClient, connect
+from gpudock.cli.commands.options import JsonFlag
 
 app = typer.Typer(help="Your balance, ledger and usage.", no_args_is_help=True)
 admin_app = typer.Typer(help="Administration: prices and top-ups (admin).", no_args_is_help=True)
 prices_app = typer.Typer(help="Prices per GPU-hour, no-GPU hour and GB-day.", no_args_is_help=True)
 admin_app.add_typer(prices_app, name="prices")
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 CsvFlag = Annotated[bool, typer.Option("--csv", help="Print CSV (for spreadsheets).")]
 UserOpt = Annotated[
     str | None, typer.Option("--user", metavar="USER", help="Admins: another user's statement.")
@@ -28,6 +40,16 @@ ToOpt = Annotated[
     str | None, typer.Option("--to", metavar="TIME", help="To (exclusive), ISO 8601.")
 ]
 MAX_PAGES = 1000
+PAGE_SIZE = "1000"
+LEDGER_COLUMNS = (
+    "AT", "KIND", "AMOUNT", "INSTANCE", "GPUS", "FROM", "TO", "SECONDS", "RATE", "DETAIL",
+)  # fmt: skip
+USAGE_COLUMNS = (
+    "INSTANCE", "GPUS", "SECONDS", "GPU-SECONDS", "COMPUTE", "DISK SECONDS", "DISK", "TOTAL",
+)  # fmt: skip
+PRICE_COLUMNS = ("WHAT", "PRICE", "UNIT", "SINCE")
+PRICED = {"no_gpu": "no-GPU instance", "disk": "stopped disk"}
+RATE_UNITS = {"per hour": "/h", "per day": "/day"}
 
 
 def _params(**values: str | None) -> dict[str, str]:
@@ -38,27 +60,59 @@ def _money(amount: str | None, currency: str) -> str:
     return output.NONE if amount is None else f"{amount} {currency}"
 
 
+StatementPrinter = Callable[[ApiClient, dict[str, str], bool], None]
+
+
+def statement(name: str) -> Callable[[StatementPrinter], StatementPrinter]:
+    """Register `gpudock billing NAME`, a statement over --from/--to (and --user).
+
+    With --csv it prints the server's `/billing/NAME.csv` as it came; otherwise the
+    decorated function is given the client, the range's query parameters and --json.
+    """
+
+    def register(print_statement: StatementPrinter) -> StatementPrinter:
+        @app.command(name, help=print_statement.__doc__)
+        def command(
+            start: FromOpt = None,
+            end: ToOpt = None,
+            user: UserOpt = None,
+            csv_output: CsvFlag = False,
+            json_output: JsonFlag = False,
+        ) -> None:
+            params = _params(**{"from": start, "to": end, "user": user})
+            with connect() as client:
+                if csv_output:
+                    # the CSV ends with its own newline
+                    typer.echo(client.get_text(f"/billing/{name}.csv", params), nl=False)
+                    return
+                print_statement(client, params, json_output)
+
+        return print_statement
+
+    return register
+
+
 # -- gpudock billing ------------------------------------------------------------------------
 @app.command("balance")
 def balance(user: UserOpt = None, json_output: JsonFlag = False) -> None:
     """Balance, what is accruing now, burn rate, runway and monthly budget."""
     with connect() as client:
-        data = client.request("GET", "/billing/balance", params=_params(user=user))
+        found = client.get("/billing/balance", BalancePublic, params=_params(user=user))
     if json_output:
-        output.print_json(data)
+        output.print_json(found)
         return
-    cur = data["currency"]
-    runway = data["runway_seconds"]
+    cur = found.currency
+    runway = found.runway_seconds
     rows = [
-        ("Balance", _money(data["balance"], cur)),
-        ("Accruing, not posted", _money(data["unposted"], cur)),
-        ("Available", _money(data["available"], cur)),
-        ("Burn rate", f"{data['burn_per_hour']} {cur}/h"),
+        ("Balance", _money(found.balance, cur)),
+        ("Accruing, not posted", _money(found.unposted, cur)),
+        ("Available", _money(found.available, cur)),
+        ("Burn rate", f"{found.burn_per_hour} {cur}/h"),
         ("Runway", output.NONE if runway is None else _duration(runway)),
-        ("Monthly budget", _money(data["monthly_budget"], cur)),
-        ("Spent this month", _money(data["month_spent"], cur)),
+        ("Monthly budget", _money(found.monthly_budget, cur)),
+        ("Spent this month", _money(found.month_spent, cur)),
     ]
-    grid = output.table("", "", title=f"{data['user_name']} [{data['user_id']}]")
+    grid = output.table("", "", title=f"{found.user_name} [{found.user_id}]")
     output.add_rows(grid, rows)
     output.show(grid)
 
@@ -68,106 +122,77 @@ def _duration(seconds: int) -> str:
     return f"{hours} h {rest // 60} min" if hours else f"{rest // 60} min {rest % 60} s"
 
 
-@app.command("ledger")
-def ledger(
-    start: FromOpt = None,
-    end: ToOpt = None,
-    user: UserOpt = None,
-    csv_output: CsvFlag = False,
-    json_output: JsonFlag = False,
-) -> None:
+@statement("ledger")
+def ledger(client: ApiClient, params: dict[str, str], json_output: bool) -> None:
     """Every posting: top-ups, charges per period, refunds; each line explains itself."""
-    params = _params(**{"from": start, "to": end, "user": user})
-    with connect() as client:
-        if csv_output:
-            typer.echo(client.get_text("/billing/ledger.csv", params), nl=False)
-            return
-        currency, lines = _all_lines(client, params)
-    if json_output:
-        output.print_json({"currency": currency, "lines": lines})
-        return
-    if not lines:
-        output.print_message("No postings in this range.")
-        return
-    grid = output.table(
-        "AT", "KIND", "AMOUNT", "INSTANCE", "GPUS", "FROM", "TO", "SECONDS", "RATE", "DETAIL"
+    currency, lines = _all_lines(client, params)
+    output.print_listing(
+        lines,
+        LEDGER_COLUMNS,
+        lambda line: _line_row(line, currency),
+        json_output=json_output,
+        answer={"currency": currency, "lines": lines},
+        empty="No postings in this range.",
     )
-    output.add_rows(grid, (_line_row(line, currency) for line in lines))
-    output.show(grid)
 
 
-def _all_lines(client: ApiClient, params: dict[str, str]) -> tuple[str, list[dict[str, Any]]]:
-    lines: list[dict[str, Any]] = []
+def _all_lines(client: ApiClient, params: dict[str, str]) -> tuple[str, list[LedgerLinePublic]]:
+    lines: list[LedgerLinePublic] = []
     cursor: int | None = None
     currency = ""
     for _ in range(MAX_PAGES):
-        page_params = {**params, "limit": "1000", **_params(cursor=_str(cursor))}
-        page = client.request("GET", "/billing/ledger", params=page_params)
-        currency = page["currency"]
-        lines.extend(page["lines"])
-        cursor = page["next_cursor"]
+        after = {} if cursor is None else {"cursor": str(cursor)}
+        page_params = {**params, "limit": PAGE_SIZE, **after}
+        page = client.get("/billing/ledger", LedgerPagePublic, params=page_params)
+        currency = page.currency
+        lines.extend(page.lines)
+        cursor = page.next_cursor
         if cursor is None:
             break
     return currency, lines
 
 
-def _str(value: int | None) -> str | None:
-    return None if value is None else str(value)
-
-
-def _line_row(line: dict[str, Any], currency: str) -> list[str]:
-    instance = line["instance_name"] or line["instance_id"]
-    gpus = output.gpus(line["gpu_model"], line["gpu_count"]) if line["instance_id"] else ""
-    unit = {"per hour": "/h", "per day": "/day"}.get(line["rate_unit"] or "", "")
+def _line_row(line: LedgerLinePublic, currency: str) -> list[str]:
+    instance = line.instance_name or line.instance_id
+    for_instance = bool(line.instance_id)
+    unit = RATE_UNITS.get(line.rate_unit or "", "")
     return [
-        output.when(line["at"]),
-        line["kind"],
-        f"{line['amount']} {currency}",
+        output.when(line.at),
+        line.kind,
+        f"{line.amount} {currency}",
         output.text(instance),
-        gpus,
-        output.when(line["from"]) if line["from"] else "",
-        output.when(line["to"]) if line["to"] else "",
-        str(line["seconds"]) if line["instance_id"] else "",
-        f"{line['rate']}{unit}" if line["rate"] else "",
-        line["description"],
+        output.gpus(line.gpu_model, line.gpu_count) if for_instance else "",
+        output.when(line.from_at) if line.from_at else "",
+        output.when(line.to_at) if line.to_at else "",
+        str(line.seconds) if for_instance else "",
+        f"{line.rate}{unit}" if line.rate else "",
+        line.description,
     ]
 
 
-@app.command("usage")
-def usage(
-    start: FromOpt = None,
-    end: ToOpt = None,
-    user: UserOpt = None,
-    csv_output: CsvFlag = False,
-    json_output: JsonFlag = False,
-) -> None:
+@statement("usage")
+def usage(client: ApiClient, params: dict[str, str], json_output: bool) -> None:
     """Per instance: billed seconds, GPU-seconds, stopped-disk seconds and amounts."""
-    params = _params(**{"from": start, "to": end, "user": user})
-    with connect() as client:
-        if csv_output:
-            typer.echo(client.get_text("/billing/usage.csv", params), nl=False)
-            return
-        data = client.request("GET", "/billing/usage", params=params)
+    report = client.get("/billing/usage", UsageReportPublic, params=params)
     if json_output:
-        output.print_json(data)
+        output.print_json(report)
         return
-    cur = data["currency"]
-    grid = output.table(
-        "INSTANCE", "GPUS", "SECONDS", "GPU-SECONDS", "COMPUTE", "DISK SECONDS", "DISK", "TOTAL"
-    )
-    for u in data["instances"]:
-        grid.add_row(
-            output.text(u["instance_name"] or u["instance_id"]),
-            output.gpus(u["gpu_model"], u["gpu_count"]),
-            str(u["seconds"]),
-            str(u["gpu_seconds"]),
-            f"{u['compute_amount']} {cur}",
-            str(u["storage_seconds"]),
-            f"{u['storage_amount']} {cur}",
-            f"{u['amount']} {cur}",
-        )
-    output.show(grid)
-    output.print_message(f"Total: {data['total']} {cur}")
+    currency = report.currency
+    output.print_listing(report.instances, USAGE_COLUMNS, lambda u: _usage_row(u, currency))
+    output.print_message(f"Total: {report.total} {currency}")
+
+
+def _usage_row(u: UsagePublic, currency: str) -> list[str]:
+    return [
+        output.text(u.instance_name or u.instance_id),
+        output.gpus(u.gpu_model, u.gpu_count),
+        str(u.seconds),
+        str(u.gpu_seconds),
+        f"{u.compute_amount} {currency}",
+        str(u.storage_seconds),
+        f"{u.storage_amount} {currency}",
+        f"{u.amount} {currency}",
+    ]
 
 
 @app.command("budget")
@@ -183,40 +208,37 @@ def budget(
     if (amount is None) == (not clear):
         raise typer.BadParameter("give an AMOUNT, or --clear to remove the budget")
     with connect() as client:
-        data = client.request(
-            "PUT", "/billing/budget", {"monthly": amount}, params=_params(user=user)
+        found = client.put(
+            "/billing/budget", BalancePublic, {"monthly": amount}, params=_params(user=user)
         )
-    if json_output:
-        output.print_json(data)
-        return
-    cur = data["currency"]
-    if data["monthly_budget"] is None:
-        output.print_message(f"No monthly budget for {data['user_name']}.")
-    else:
-        output.print_message(
-            f"Monthly budget for {data['user_name']}: {data['monthly_budget']} {cur} "
-            f"(spent this month: {data['month_spent']} {cur})."
-        )
+    cur = found.currency
+    said = (
+        f"No monthly budget for {found.user_name}."
+        if found.monthly_budget is None
+        else f"Monthly budget for {found.user_name}: {found.monthly_budget} {cur} "
+        f"(spent this month: {found.month_spent} {cur})."
+    )
+    output.print_answer(found, json_output, said)
 
 
 @app.command("prices")
 def list_prices(json_output: JsonFlag = False) -> None:
     """What things cost: per GPU-hour, per no-GPU hour, per GB-day of a stopped disk."""
     with connect() as client:
-        data = client.get("/prices")
-    if json_output:
-        output.print_json(data)
-        return
-    if not data["prices"]:
-        output.print_message("No prices set: everything is free here.")
-        return
-    grid = output.table("WHAT", "PRICE", "UNIT", "SINCE")
-    for p in data["prices"]:
-        what = p["gpu_model"] or {"no_gpu": "no-GPU instance", "disk": "stopped disk"}[p["kind"]]
-        grid.add_row(
-            what, f"{p['amount']} {p['currency']}", p["unit"], output.when(p["updated_at"])
-        )
-    output.show(grid)
+        found = client.get("/prices", PricesPublic)
+    output.print_listing(
+        found.prices,
+        PRICE_COLUMNS,
+        _price_row,
+        json_output=json_output,
+        answer=found,
+        empty="No prices set: everything is free here.",
+    )
+
+
+def _price_row(price: PricePublic) -> list[str | Text]:
+    what = price.gpu_model or PRICED[price.kind]
+    return [what, f"{price.amount} {price.currency}", price.unit, output.when(price.updated_at)]
 
 
 # -- gpudock admin ---------------------------------------------------------------------------
@@ -241,24 +263,19 @@ def set_price(
     if no_gpu or disk:
         if amount is not None:
             raise typer.BadParameter("with --no-gpu or --disk-gb-day, give only the AMOUNT")
-        body: dict[str, Any] = {"kind": "no_gpu" if no_gpu else "disk", "amount": target}
+        body: dict[str, str] = {"kind": "no_gpu" if no_gpu else "disk", "amount": target}
     else:
         if amount is None:
             raise typer.BadParameter("give MODEL AMOUNT, e.g. `set A100-80GB 3.6`")
         body = {"kind": "gpu", "gpu_model": target, "amount": amount}
     with connect() as client:
-        price = client.request("PUT", "/admin/prices", body)
-    if json_output:
-        output.print_json(price)
-        return
-    what = (
-        price["gpu_model"]
-        or {"no_gpu": "a no-GPU instance", "disk": "a stopped disk"}[price["kind"]]
-    )
-    output.print_message(
-        f"Price for {what}: {price['amount']} {price['currency']} {price['unit']} "
+        price = client.put("/admin/prices", PricePublic, body)
+    what = price.gpu_model or f"a {PRICED[price.kind]}"
+    said = (
+        f"Price for {what}: {price.amount} {price.currency} {price.unit} "
         "(running instances keep the price they started at)."
     )
+    output.print_answer(price, json_output, said)
 
 
 @admin_app.command("topup")
@@ -278,16 +295,15 @@ def topup(
         done = client.request(
             "POST",
             "/admin/topups",
+            TopupPublic,
             {"user": user, "amount": amount, "note": note},
             headers={"Idempotency-Key": idempotency_key},
         )
-    if json_output:
-        output.print_json(done)
-        return
-    cur = done["currency"]
-    again = " (already done earlier with this key; nothing added)" if done["replayed"] else ""
-    output.print_message(
-        f"Topped up {done['user_name']} by {done['amount']} {cur}; balance "
-        f"{done['balance']} {cur}{again}."
+    cur = done.currency
+    again = " (already done earlier with this key; nothing added)" if done.replayed else ""
+    output.print_answer(
+        done,
+        json_output,
+        f"Topped up {done.user_name} by {done.amount} {cur}; balance {done.balance} {cur}{again}.",
+        note=f"idempotency key: {idempotency_key}",
     )
-    output.print_note(f"idempotency key: {idempotency_key}")

@@ -10,12 +10,19 @@ import tomllib
 from contextlib import closing
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
 
 import typer
 
+from gpudock.api.image_schemas import (
+    BuildEventPublic,
+    ImagePublic,
+    ValidationEventPublic,
+    ValidationReportPublic,
+)
 from gpudock.cli import output
-from gpudock.cli.client import CliError, connect
+from gpudock.cli.client import CliError, connect, quoted_path
+from gpudock.cli.commands.listing import show_collection
+from gpudock.cli.commands.options import JsonFlag
 from gpudock.errors import GpudockError
 
 app = typer.Typer(help="Container images: catalog, builds, validation.", no_args_is_help=True)
@@ -63,7 +70,7 @@ def build_base(
 
 
 # -- the catalog, builds and validation -------------------------------------
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+COLUMNS = ("REFERENCE", "FRAMEWORK", "CUDA", "VISIBILITY", "SIZE", "RUNS ON")
 
 
 @app.command("list")
@@ -74,35 +81,26 @@ def list_images(
     json_output: JsonFlag = False,
 ) -> None:
     """The image catalog, and on which GPU models each image runs."""
-    with connect() as client:
-        found = client.get("/images" + (f"?gpu={quote(gpu)}" if gpu else ""))
-    if json_output:
-        output.print_json(found)
-        return
-    grid = output.table("REFERENCE", "FRAMEWORK", "CUDA", "VISIBILITY", "SIZE", "RUNS ON")
-    for image in found:
-        runs = image["runs_on"]
-        # 'unknown: …' was not checked (the data does not cover it): shown as 'MODEL?'
-        ok = [m if v == "ok" else f"{m}?" for m, v in runs.items() if not _refused(v)]
-        mark = ", ".join(ok) or "-"
-        if gpu and gpu in runs and runs[gpu] != "ok":
-            mark = runs[gpu] if not _refused(runs[gpu]) else f"no: {runs[gpu]}"
-        framework = " ".join(filter(None, [image["framework"], image["framework_version"]]))
-        size = f"{image['size_bytes'] / 1e9:.1f} GB" if image["size_bytes"] else "-"
-        output.add_rows(
-            grid,
-            [
-                [
-                    image["reference"],
-                    framework or "-",
-                    image["cuda"] or "-",
-                    image["visibility"],
-                    size,
-                    mark,
-                ]
-            ],
-        )
-    output.show(grid)
+    show_collection(
+        "/images",
+        list[ImagePublic],
+        COLUMNS,
+        lambda image: _row(image, gpu),
+        json_output=json_output,
+        params={"gpu": gpu} if gpu else None,
+    )
+
+
+def _row(image: ImagePublic, gpu: str | None) -> list[str]:
+    runs = image.runs_on
+    # 'unknown: …' was not checked (the data does not cover it): shown as 'MODEL?'
+    ok = [m if v == "ok" else f"{m}?" for m, v in runs.items() if not _refused(v)]
+    mark = ", ".join(ok) or "-"
+    if gpu and gpu in runs and runs[gpu] != "ok":
+        mark = runs[gpu] if not _refused(runs[gpu]) else f"no: {runs[gpu]}"
+    framework = " ".join(filter(None, [image.framework, image.framework_version]))
+    size = f"{image.size_bytes / 1e9:.1f} GB" if image.size_bytes else "-"
+    return [image.reference, framework or "-", image.cuda or "-", image.visibility, size, mark]
 
 
 def _refused(verdict: str) -> bool:
@@ -145,18 +143,18 @@ def build(
     data, inside = context_tar(context, dockerfile)
     params = {"name": tag, "dockerfile": inside, "public": str(public).lower()}
     with connect() as client, output.stderr().status(f"building {tag}") as status:
-        for event in client.stream_ndjson("/images/build", params=params, content=data):
-            if "log" in event:
-                output.stdout().print(event["log"], markup=False, highlight=False)
-                if str(event["log"]).startswith("Step "):
-                    status.update(f"building {tag}: {event['log'][:70]}")
-            elif "error" in event:
-                raise CliError(f"the build failed: {event['error']}")
-            elif "image" in event:
-                image = event["image"]
+        events = client.stream("/images/build", BuildEventPublic, params=params, content=data)
+        for event in events:
+            if event.log is not None:
+                output.stdout().print(event.log, markup=False, highlight=False)
+                if event.log.startswith("Step "):
+                    status.update(f"building {tag}: {event.log[:70]}")
+            elif event.error is not None:
+                raise CliError(f"the build failed: {event.error}")
+            elif event.image is not None:
+                image = event.image
                 output.print_message(
-                    f"built {image['reference']} ({image['visibility']}, id {image['id']})",
-                    "green",
+                    f"built {image.reference} ({image.visibility}, id {image.id})", "green"
                 )
 
 
@@ -168,21 +166,23 @@ def validate(
     json_output: JsonFlag = False,
 ) -> None:
     """Build every candidate, smoke-test it, publish those that pass (admins only)."""
-    body: dict[str, Any] = {"matrix": _read_matrix(matrix) if matrix else None}
-    report: dict[str, Any] = {}
+    body = {"matrix": _read_matrix(matrix) if matrix else None}
+    report: ValidationReportPublic | None = None
     with connect() as client:
-        for event in client.stream_ndjson("/images/validate", body=body):
-            if "log" in event and not json_output:
-                output.stderr().print(event["log"], markup=False, highlight=False)
-            report = event.get("report", report)
+        for event in client.stream("/images/validate", ValidationEventPublic, body=body):
+            if event.log is not None and not json_output:
+                output.stderr().print(event.log, markup=False, highlight=False)
+            report = event.report or report
+    if report is None:
+        raise CliError("the server ended the validation without a report")
     if json_output:
         output.print_json(report)
     else:
         _show_report(report)
-    if not report.get("passed"):
+    if not report.passed:
         raise CliError(
-            f"validation failed: failure rate {report.get('failure_rate', 1):.1%} is over "
-            f"the threshold {report.get('threshold', 0):.1%}; nothing was published"
+            f"validation failed: failure rate {report.failure_rate:.1%} is over "
+            f"the threshold {report.threshold:.1%}; nothing was published"
         )
 
 
@@ -197,18 +197,17 @@ def _read_matrix(path: Path) -> dict[str, Any]:
     return data
 
 
-def _show_report(report: dict[str, Any]) -> None:
+def _show_report(report: ValidationReportPublic) -> None:
     grid = output.table("CANDIDATE", "STATUS", "FAILED CHECKS")
-    for candidate in report.get("candidates", []):
-        failed = [f"{c['check']}: {c['detail']}" for c in candidate["checks"] if not c["ok"]]
-        if candidate["build_error"]:
-            failed.insert(0, f"build: {candidate['build_error']}")
-        output.add_rows(grid, [[candidate["name"], candidate["status"], "; ".join(failed) or "-"]])
+    for candidate in report.candidates:
+        failed = [f"{c.check}: {c.detail}" for c in candidate.checks if not c.ok]
+        if candidate.build_error:
+            failed.insert(0, f"build: {candidate.build_error}")
+        output.add_rows(grid, [[candidate.name, candidate.status, "; ".join(failed) or "-"]])
     output.show(grid)
     output.print_message(
-        f"failure rate {report.get('failure_rate', 0):.1%} (threshold "
-        f"{report.get('threshold', 0):.1%}); published: "
-        f"{', '.join(report.get('published', [])) or 'nothing'}"
+        f"failure rate {report.failure_rate:.1%} (threshold {report.threshold:.1%}); "
+        f"published: {', '.join(report.published) or 'nothing'}"
     )
 
 
@@ -216,5 +215,5 @@ def _show_report(report: dict[str, Any]) -> None:
 def delete(image_id: Annotated[str, typer.Argument(metavar="ID")]) -> None:
     """Remove a registered image (yours; public ones need an admin)."""
     with connect() as client:
-        image = client.delete(f"/images/{quote(image_id, safe='')}")
-    output.print_message(f"deleted {image['reference']}")
+        image = client.delete(quoted_path("images", image_id), ImagePublic)
+    output.print_message(f"deleted {image.reference}")

@@ -5,20 +5,24 @@ from __future__ import annotations
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import quote
+from typing import Annotated
 
 import typer
 
+from gpudock.api.schemas import SshKeyChallengePublic, SshKeyPublic
 from gpudock.cli import output
-from gpudock.cli.client import EXIT_USAGE, CliError, connect
+from gpudock.cli.client import EXIT_USAGE, CliError, connect, quoted_path
+from gpudock.cli.commands.listing import show_collection
+from gpudock.cli.commands.options import JsonFlag
 
 app = typer.Typer(
     help="Your SSH public keys (for `ssh` into your instances).", no_args_is_help=True
 )
 
 DEFAULT_KEYS = ("id_ed25519", "id_ecdsa", "id_rsa")
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+COLUMNS = ("ID", "NAME", "TYPE", "FINGERPRINT", "ADDED", "LAST USED", "PROVEN")
+KeyRef = Annotated[str, typer.Argument(metavar="KEY", help="Key id, name or fingerprint.")]
+NONE_YET = "No SSH keys; `gpudock keys add` registers ~/.ssh/id_ed25519."
 
 
 def default_key() -> Path:
@@ -112,67 +116,46 @@ def add(
     proofs were required is proven the same way.
     """
     public, signer = key_files(path or default_key())
-    body: dict[str, Any] = {"public_key": read_public_key(public)}
+    body = {"public_key": read_public_key(public)}
     if name:
         body["name"] = name
     with connect() as client:
-        issued = client.post("/ssh-keys/challenge")
-        body["challenge"] = issued["challenge"]
-        body["signature"] = sign_challenge(issued["challenge"], issued["namespace"], signer)
-        key = client.post("/ssh-keys", body)
-    if json_output:
-        output.print_json(key)
-        return
-    output.print_message(
-        f"Added {key['name']} ({key['algorithm']}, {key['bits']} bits, proven): "
-        f"{key['fingerprint']}"
-    )
+        issued = client.post("/ssh-keys/challenge", SshKeyChallengePublic)
+        body["challenge"] = issued.challenge
+        body["signature"] = sign_challenge(issued.challenge, issued.namespace, signer)
+        key = client.post("/ssh-keys", SshKeyPublic, body)
+    said = f"Added {key.name} ({key.algorithm}, {key.bits} bits, proven): {key.fingerprint}"
+    output.print_answer(key, json_output, said)
 
 
 @app.command("list")
 def list_keys(json_output: JsonFlag = False) -> None:
     """List your SSH keys with their fingerprints (as `ssh-keygen -lf` prints them)."""
-    with connect() as client:
-        keys = client.get("/ssh-keys")
-    if json_output:
-        output.print_json(keys)
-        return
-    if not keys:
-        output.print_message("No SSH keys; `gpudock keys add` registers ~/.ssh/id_ed25519.")
-        return
-    grid = output.table("ID", "NAME", "TYPE", "FINGERPRINT", "ADDED", "LAST USED", "PROVEN")
-    output.add_rows(
-        grid,
-        (
-            (
-                k["id"],
-                k["name"],
-                f"{k['algorithm']} {k['bits']}",
-                k["fingerprint"],
-                output.when(k["created_at"]),
-                output.when(k["last_used_at"]),
-                "yes" if k["verified"] else "NO",
-            )
-            for k in keys
-        ),
+    keys = show_collection(
+        "/ssh-keys", list[SshKeyPublic], COLUMNS, _row, json_output=json_output, empty=NONE_YET
     )
-    output.show(grid)
-    if not all(k["verified"] for k in keys):
+    if not json_output and not all(k.verified for k in keys):
         output.print_message(
             "Keys marked NO were registered before keys needed a proof; prove each with "
             "`gpudock keys add PATH` (its private key) before the server stops accepting them."
         )
 
 
+def _row(key: SshKeyPublic) -> list[str]:
+    return [
+        key.id,
+        key.name,
+        f"{key.algorithm} {key.bits}",
+        key.fingerprint,
+        output.when(key.created_at),
+        output.when(key.last_used_at),
+        "yes" if key.verified else "NO",
+    ]
+
+
 @app.command("remove")
-def remove(
-    ref: Annotated[str, typer.Argument(metavar="KEY", help="Key id, name or fingerprint.")],
-    json_output: JsonFlag = False,
-) -> None:
+def remove(ref: KeyRef, json_output: JsonFlag = False) -> None:
     """Remove one of your SSH keys; it stops opening new connections at once."""
     with connect() as client:
-        key = client.delete(f"/ssh-keys/{quote(ref, safe='')}")
-    if json_output:
-        output.print_json(key)
-        return
-    output.print_message(f"Removed {key['name']} ({key['fingerprint']})")
+        key = client.delete(quoted_path("ssh-keys", ref), SshKeyPublic)
+    output.print_answer(key, json_output, f"Removed {key.name} ({key.fingerprint})")

@@ -15,10 +15,10 @@ from pydantic_core import ErrorDetails
 from gpudock.cli import output
 from gpudock.cli.client import EXIT_ERROR, EXIT_USAGE, CliError
 from gpudock.errors import GpudockError, RuntimeFailure
-from gpudock.settings import Settings
 
 if TYPE_CHECKING:
     from gpudock.platform import Platform
+    from gpudock.settings import Settings
 
 FLAGS = frozenset(
     {"data_dir", "host", "port", "simulate", "database_url", "docker_host", "ssh_port"}
@@ -56,11 +56,6 @@ def serve(
     ] = None,
 ) -> None:
     """Run the gpudock API server and its reconciler (GPUDOCK_* variables configure it)."""
-    import uvicorn
-
-    from gpudock.api.app import create_app
-    from gpudock.platform import open_platform
-
     flags = {
         "data_dir": data_dir,
         "host": host,
@@ -70,7 +65,16 @@ def serve(
         "docker_host": docker_host,
         "ssh_port": ssh_port,
     }
-    settings = _settings({k: v for k, v in flags.items() if v is not None})
+    _run(_settings({k: v for k, v in flags.items() if v is not None}))
+
+
+def _run(settings: Settings) -> None:
+    """Open the platform, serve its API (and the SSH gateway) until stopped, close it."""
+    import uvicorn
+
+    from gpudock.api.app import create_app
+    from gpudock.platform import open_platform
+
     try:
         platform = open_platform(settings)
     except GpudockError as exc:
@@ -103,6 +107,9 @@ def _add_ssh_gateway(platform: Platform, settings: Settings) -> None:
 
 def _settings(overrides: dict[str, Any]) -> Settings:
     """Settings from GPUDOCK_* variables, with the flags the user gave on top."""
+    # Imported here, as the platform is: every other command starts without them.
+    from gpudock.settings import Settings
+
     try:
         return Settings(**overrides)
     except ValidationError as exc:

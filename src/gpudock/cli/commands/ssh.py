@@ -11,13 +11,13 @@ import os
 import shlex
 import shutil
 from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import quote
+from typing import Annotated
 
 import typer
 
+from gpudock.api.schemas import InstancePublic, SshEndpointPublic, UserPublic
 from gpudock.cli import output
-from gpudock.cli.client import CliError, connect
+from gpudock.cli.client import CliError, connect, quoted_path
 from gpudock.cli.config import config_path
 
 CONTROL_PERSIST = "10m"
@@ -39,20 +39,20 @@ def host_pattern(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
-def pin_host_key(endpoint: dict[str, Any]) -> Path:
+def pin_host_key(endpoint: SshEndpointPublic) -> Path:
     """Write the gateway's host key to gpudock's known_hosts (other lines kept)."""
     path = known_hosts_path()
-    pattern = host_pattern(endpoint["host"], endpoint["port"])
+    pattern = host_pattern(endpoint.host, endpoint.port)
     lines = path.read_text().splitlines() if path.exists() else []
     kept = [line for line in lines if line.split(" ", 1)[0] != pattern]
-    kept.append(f"{pattern} {endpoint['host_key']}")
+    kept.append(f"{pattern} {endpoint.host_key}")
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.write_text("\n".join(kept) + "\n")
     return path
 
 
 def ssh_argv(
-    endpoint: dict[str, Any],
+    endpoint: SshEndpointPublic,
     instance_id: str,
     known_hosts: Path,
     identity: Path | None,
@@ -61,7 +61,7 @@ def ssh_argv(
     argv = [
         "ssh",
         "-p",
-        str(endpoint["port"]),
+        str(endpoint.port),
         "-o",
         f"UserKnownHostsFile={known_hosts}",
         "-o",
@@ -71,7 +71,7 @@ def ssh_argv(
     ]
     if identity is not None:
         argv += ["-i", str(identity), "-o", "IdentitiesOnly=yes"]
-    return [*argv, f"{instance_id}@{endpoint['host']}", *command]
+    return [*argv, f"{instance_id}@{endpoint.host}", *command]
 
 
 def ssh(
@@ -88,9 +88,9 @@ def ssh(
 ) -> None:
     """Open a shell (or run CMD) in an instance through the SSH gateway."""
     with connect() as client:
-        instance = client.get(f"/instances/{quote(ref, safe='')}")
-        endpoint = client.get("/ssh")
-    argv = ssh_argv(endpoint, instance["id"], pin_host_key(endpoint), identity, command or [])
+        instance = client.get(quoted_path("instances", ref), InstancePublic)
+        endpoint = client.get("/ssh", SshEndpointPublic)
+    argv = ssh_argv(endpoint, instance.id, pin_host_key(endpoint), identity, command or [])
     if print_only:
         typer.echo(shlex.join(argv))
         return
@@ -107,13 +107,13 @@ def ssh_config(
 ) -> None:
     """Print ~/.ssh/config entries for your instances (append them: >> ~/.ssh/config)."""
     with connect() as client:
-        me = client.get("/users/me")
-        instances = client.get("/instances")
-        endpoint = client.get("/ssh")
+        me = client.get("/users/me", UserPublic)
+        instances = client.get("/instances", list[InstancePublic])
+        endpoint = client.get("/ssh", SshEndpointPublic)
     known_hosts = pin_host_key(endpoint)
     control_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
-    mine = [i for i in instances if i["user_id"] == me["id"] and i["status"] != "deleted"]
-    typer.echo(f"# gpudock instances of {me['name']} (written by `gpudock ssh-config`)")
+    mine = [i for i in instances if i.user_id == me.id and i.status != "deleted"]
+    typer.echo(f"# gpudock instances of {me.name} (written by `gpudock ssh-config`)")
     for instance in mine:
         typer.echo(host_entry(instance, endpoint, known_hosts, identity, prefix))
     if not mine:
@@ -121,17 +121,17 @@ def ssh_config(
 
 
 def host_entry(
-    instance: dict[str, Any],
-    endpoint: dict[str, Any],
+    instance: InstancePublic,
+    endpoint: SshEndpointPublic,
     known_hosts: Path,
     identity: Path | None,
     prefix: str,
 ) -> str:
-    aliases = " ".join(dict.fromkeys(prefix + n for n in (instance["name"], instance["id"])))
-    options = [
-        ("HostName", endpoint["host"]),
-        ("Port", endpoint["port"]),
-        ("User", instance["id"]),
+    aliases = " ".join(dict.fromkeys(prefix + n for n in (instance.name, instance.id)))
+    options: list[tuple[str, object]] = [
+        ("HostName", endpoint.host),
+        ("Port", endpoint.port),
+        ("User", instance.id),
         ("UserKnownHostsFile", known_hosts),
         ("StrictHostKeyChecking", "yes"),
         ("ControlMaster", "auto"),

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any
-from urllib.parse import quote
+from typing import Annotated
 
 import typer
 from rich.text import Text
 
+from gpudock.api.schemas import TokenPublic, TokenWithValuePublic
 from gpudock.cli import output
-from gpudock.cli.client import connect
+from gpudock.cli.client import connect, quoted_path
+from gpudock.cli.commands.listing import show_collection
+from gpudock.cli.commands.options import JsonFlag
 
 app = typer.Typer(
     help="Your API tokens: named, optionally expiring, revocable.", no_args_is_help=True
 )
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 _DURATION = re.compile(r"\d+[A-Za-z]+")
 STATE_STYLES = {"active": "green", "expired": "yellow", "revoked": "dim"}
+COLUMNS = ("", "ID", "NAME", "STATE", "CREATED", "EXPIRES", "LAST USED")
 
 
 def expiry_body(value: str | None) -> dict[str, str]:
@@ -59,17 +61,13 @@ def create(
     """Create a token for yourself and print it (shown this one time only)."""
     body = {"name": name, **expiry_body(expires)}
     with connect() as client:
-        created = client.post("/tokens", body)
+        created = client.post("/tokens", TokenWithValuePublic, body)
     if json_output:
         output.print_json(created)
         return
-    until = (
-        f"expires {output.when(created['expires_at'])}"
-        if created["expires_at"]
-        else "never expires"
-    )
-    output.print_message(f"Created token {created['name']} [{created['id']}], {until}:")
-    typer.echo(created["token"])  # plain, so that it copies and pipes cleanly
+    until = f"expires {output.when(created.expires_at)}" if created.expires_at else "never expires"
+    output.print_message(f"Created token {created.name} [{created.id}], {until}:")
+    typer.echo(created.token)  # plain, so that it copies and pipes cleanly
     output.print_note(
         "This token is not shown again; gpudock keeps only its digest. "
         f"Use it with: gpudock login {client.url} --token <token> (or GPUDOCK_TOKEN)"
@@ -82,25 +80,21 @@ def list_tokens(
     json_output: JsonFlag = False,
 ) -> None:
     """List your tokens; * marks the one this CLI uses."""
-    with connect() as client:
-        found = client.get("/tokens" + ("?include_revoked=true" if all_tokens else ""))
-    if json_output:
-        output.print_json(found)
-        return
-    grid = output.table("", "ID", "NAME", "STATE", "CREATED", "EXPIRES", "LAST USED")
-    output.add_rows(grid, (_row(t) for t in found))
-    output.show(grid)
+    params = {"include_revoked": "true"} if all_tokens else None
+    show_collection(
+        "/tokens", list[TokenPublic], COLUMNS, _row, json_output=json_output, params=params
+    )
 
 
-def _row(token: dict[str, Any]) -> list[str | Text]:
+def _row(token: TokenPublic) -> list[str | Text]:
     return [
-        "*" if token["current"] else "",
-        token["id"],
-        token["name"],
-        Text(token["state"], style=STATE_STYLES.get(token["state"], "")),
-        output.when(token["created_at"]),
-        output.when(token["expires_at"]) if token["expires_at"] else "never",
-        output.when(token["last_used_at"]),
+        "*" if token.current else "",
+        token.id,
+        token.name,
+        Text(token.state, style=STATE_STYLES.get(token.state, "")),
+        output.when(token.created_at),
+        output.when(token.expires_at) if token.expires_at else "never",
+        output.when(token.last_used_at),
     ]
 
 
@@ -111,13 +105,10 @@ def revoke(
 ) -> None:
     """Revoke one of your tokens; it stops working at once."""
     with connect() as client:
-        revoked = client.delete(f"/tokens/{quote(ref, safe='')}")
-    if json_output:
-        output.print_json(revoked)
-        return
-    output.print_message(f"Revoked token {revoked['name']} [{revoked['id']}]")
-    if revoked["current"]:
-        output.print_note(
-            "That was the token this CLI uses: log in with another one "
-            f"(gpudock login {client.url} --token <token>)"
-        )
+        revoked = client.delete(quoted_path("tokens", ref), TokenPublic)
+    relogin = (
+        "That was the token this CLI uses: log in with another one "
+        f"(gpudock login {client.url} --token <token>)"
+    )
+    said = f"Revoked token {revoked.name} [{revoked.id}]"
+    output.print_answer(revoked, json_output, said, note=relogin if revoked.current else None)

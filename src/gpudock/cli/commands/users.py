@@ -3,23 +3,37 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
-from urllib.parse import quote
+from typing import Annotated
 
 import typer
 from rich.text import Text
 
+from gpudock.api.schemas import (
+    UserDeletionPublic,
+    UserPublic,
+    UserStateChangePublic,
+    UserWithTokenPublic,
+)
 from gpudock.cli import output
-from gpudock.cli.client import EXIT_USAGE, ApiClient, CliError, connect, resolve_config
+from gpudock.cli.client import (
+    EXIT_USAGE,
+    ApiClient,
+    CliError,
+    connect,
+    quoted_path,
+    resolve_config,
+)
+from gpudock.cli.commands.listing import show_collection
+from gpudock.cli.commands.options import JsonFlag
 from gpudock.cli.config import TOKEN_ENV, URL_ENV, ConfigError, normalize_url, save_config
 
 app = typer.Typer(
     help="Users: create, list, disable, enable, delete (admin).", no_args_is_help=True
 )
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 NameArg = Annotated[str, typer.Argument(help="The user's name.")]
 STATE_STYLES = {"active": "green", "disabled": "yellow", "deleted": "dim"}
+COLUMNS = ("ID", "NAME", "ADMIN", "STATE", "CREATED")
 DELETE_QUESTION = (
     "Delete user {name}{instances}? Deleted: {what}SSH keys, console password and "
     "sessions; API tokens revoked. Kept: ledger postings and balance, instance records "
@@ -39,7 +53,7 @@ def login(
     except ConfigError as exc:
         raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
     with ApiClient(server, token.strip()) as client:
-        user = client.get("/users/me")
+        user = client.get("/users/me", UserPublic)
     try:
         path = save_config(server, token.strip())
     except ConfigError as exc:
@@ -56,11 +70,10 @@ def whoami(json_output: JsonFlag = False) -> None:
     """Show the user the configured token belongs to."""
     config = resolve_config()
     with connect() as client:
-        user = client.get("/users/me")
-    if json_output:
-        output.print_json(user)
-        return
-    output.print_message(f"{_who(user)} at {config.url} (token from {config.source})")
+        user = client.get("/users/me", UserPublic)
+    output.print_answer(
+        user, json_output, f"{_who(user)} at {config.url} (token from {config.source})"
+    )
 
 
 @app.command("create")
@@ -71,12 +84,12 @@ def create_user(
 ) -> None:
     """Create a user and print their API token (shown this one time only)."""
     with connect() as client:
-        created = client.post("/users", {"name": name, "is_admin": admin})
+        created = client.post("/users", UserWithTokenPublic, {"name": name, "is_admin": admin})
     if json_output:
         output.print_json(created)
         return
     output.print_message(f"Created {_who(created)}. Their API token:")
-    typer.echo(created["token"])  # plain, so that it copies and pipes cleanly
+    typer.echo(created.token)  # plain, so that it copies and pipes cleanly
     output.print_note(
         "This token is not shown again; gpudock keeps only its digest. "
         f"The user logs in with: gpudock login {client.url} --token <token>"
@@ -99,7 +112,7 @@ def set_password(
 ) -> None:
     """Set a user's password for the web console (admin); logs them out of it."""
     with connect() as client:
-        client.request("PUT", f"/users/{name}/password", {"password": password})
+        client.put(quoted_path("users", name, "password"), UserPublic, {"password": password})
     output.print_message(f"Set the console password of {name}; they log in at {client.url}/")
 
 
@@ -109,29 +122,21 @@ def list_users(
     json_output: JsonFlag = False,
 ) -> None:
     """List users (admin)."""
-    with connect() as client:
-        users = client.get("/users" + ("?include_deleted=true" if all_users else ""))
-    if json_output:
-        output.print_json(users)
-        return
-    grid = output.table("ID", "NAME", "ADMIN", "STATE", "CREATED")
-    output.add_rows(grid, (_row(u) for u in users))
-    output.show(grid)
+    params = {"include_deleted": "true"} if all_users else None
+    show_collection(
+        "/users", list[UserPublic], COLUMNS, _row, json_output=json_output, params=params
+    )
 
 
-def _row(user: dict[str, Any]) -> list[str | Text]:
-    state = user["state"] + (f" ({user['state_reason']})" if user["state_reason"] else "")
+def _row(user: UserPublic) -> list[str | Text]:
+    state = user.state + (f" ({user.state_reason})" if user.state_reason else "")
     return [
-        user["id"],
-        user["name"],
-        "yes" if user["is_admin"] else "",
-        Text(state, style=STATE_STYLES.get(user["state"], "")),
-        output.when(user["created_at"]),
+        user.id,
+        user.name,
+        "yes" if user.is_admin else "",
+        Text(state, style=STATE_STYLES.get(user.state, "")),
+        output.when(user.created_at),
     ]
-
-
-def _user_path(name: str, action: str = "") -> str:
-    return f"/users/{quote(name, safe='')}" + (f"/{action}" if action else "")
 
 
 @app.command("disable")
@@ -143,28 +148,30 @@ def disable(
     """Disable a user: their tokens, console sessions and SSH keys stop working at
     once, and their instances stop (GPUs released, containers and data kept)."""
     with connect() as client:
-        done = client.post(_user_path(name, "disable"), {"reason": reason} if reason else {})
-    if json_output:
-        output.print_json(done)
-        return
-    stopped = done["instances"]
-    output.print_message(
-        f"Disabled {_who(done['user'])}; "
-        + (f"stopping {', '.join(stopped)} (data kept)" if stopped else "no instance was running")
+        done = client.post(
+            quoted_path("users", name, "disable"),
+            UserStateChangePublic,
+            {"reason": reason} if reason else {},
+        )
+    stopped = done.instances
+    output.print_answer(
+        done,
+        json_output,
+        f"Disabled {_who(done.user)}; "
+        + (f"stopping {', '.join(stopped)} (data kept)" if stopped else "no instance was running"),
+        note=f"`gpudock users enable {name}` gives access back; instances stay stopped.",
     )
-    output.print_note(f"`gpudock users enable {name}` gives access back; instances stay stopped.")
 
 
 @app.command("enable")
 def enable(name: NameArg, json_output: JsonFlag = False) -> None:
     """Give a disabled user access back; their instances stay stopped until started."""
     with connect() as client:
-        user = client.post(_user_path(name, "enable"))
-    if json_output:
-        output.print_json(user)
-        return
-    output.print_message(
-        f"Enabled {_who(user)}; their instances stay stopped until they start them"
+        user = client.post(quoted_path("users", name, "enable"), UserPublic)
+    output.print_answer(
+        user,
+        json_output,
+        f"Enabled {_who(user)}; their instances stay stopped until they start them",
     )
 
 
@@ -183,20 +190,20 @@ def delete(
         what = "their instances with containers and data volumes, " if force else ""
         question = DELETE_QUESTION.format(name=name, instances=instances, what=what)
         typer.confirm(question, abort=True, err=True)
+    params = {"force": "true"} if force else None
     with connect() as client:
-        deleted = client.delete(_user_path(name) + ("?force=true" if force else ""))
-    if json_output:
-        output.print_json(deleted)
-        return
-    gone = deleted["instances"]
-    output.print_message(
-        f"Deleted {_who(deleted['user'])}"
+        deleted = client.delete(quoted_path("users", name), UserDeletionPublic, params=params)
+    gone = deleted.instances
+    output.print_answer(
+        deleted,
+        json_output,
+        f"Deleted {_who(deleted.user)}"
         + (f"; deleting {', '.join(gone)} with their data" if gone else "")
-        + f"; balance kept in the ledger: {deleted['balance']}"
+        + f"; balance kept in the ledger: {deleted.balance}",
+        note=deleted.retention,
     )
-    output.print_note(deleted["retention"])
 
 
-def _who(user: dict[str, Any]) -> str:
-    role = " (admin)" if user.get("is_admin") else ""
-    return f"{user['name']} [{user['id']}]{role}"
+def _who(user: UserPublic) -> str:
+    role = " (admin)" if user.is_admin else ""
+    return f"{user.name} [{user.id}]{role}"

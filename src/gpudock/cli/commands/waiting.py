@@ -6,13 +6,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import quote
 
 from rich.text import Text
 
+from gpudock.api.schemas import InstancePublic
 from gpudock.cli import output
-from gpudock.cli.client import ApiClient, CliError, NotFoundError
+from gpudock.cli.client import ApiClient, CliError, NotFoundError, quoted_path
 
 POLL_INTERVAL_S = 0.2
 DEFAULT_TIMEOUT_S = 600.0
@@ -34,44 +33,44 @@ class Waiter:
     clock: Callable[[], float] = field(default=time.monotonic)
     sleep: Callable[[float], None] = field(default=time.sleep)
 
-    def wait(self, instance: dict[str, Any], target: str) -> dict[str, Any]:
+    def wait(self, instance: InstancePublic, target: str) -> InstancePublic:
         """Return the instance as last seen in the target status."""
         deadline = self.clock() + self.timeout_s
         current = instance
-        with _progress(self.quiet, f"waiting for {instance['name']} to be {target}") as show:
-            while current["status"] != target:
+        with _progress(self.quiet, f"waiting for {instance.name} to be {target}") as show:
+            while current.status != target:
                 _check(current, target)
                 remaining = deadline - self.clock()
                 if remaining <= 0:
                     raise self._timed_out(current, target)
-                show(f"{current['status']} ({current['status_reason']})")
+                show(f"{current.status} ({current.status_reason})")
                 self.sleep(min(self.interval_s, remaining))
                 try:
-                    current = self.client.get(f"/instances/{quote(current['id'], safe='')}")
+                    current = self.client.get(quoted_path("instances", current.id), InstancePublic)
                 except NotFoundError:
                     if target == "deleted":
                         return current
                     raise
         return current
 
-    def _timed_out(self, instance: dict[str, Any], target: str) -> CliError:
+    def _timed_out(self, instance: InstancePublic, target: str) -> CliError:
         return CliError(
-            f"timed out after {self.timeout_s:g} s waiting for instance {instance['name']} "
-            f"to be {target}; it is still {instance['status']} ({instance['status_reason']})",
-            hint=f"`gpudock instances show {instance['id']}` shows what it is doing; "
+            f"timed out after {self.timeout_s:g} s waiting for instance {instance.name} "
+            f"to be {target}; it is still {instance.status} ({instance.status_reason})",
+            hint=f"`gpudock instances show {instance.id}` shows what it is doing; "
             "--timeout waits longer",
         )
 
 
-def _check(instance: dict[str, Any], target: str) -> None:
+def _check(instance: InstancePublic, target: str) -> None:
     """Raise when the instance cannot reach `target` without another request."""
-    name, status, reason = instance["name"], instance["status"], instance["status_reason"]
-    desired = instance["desired_state"]
+    name, status, reason = instance.name, instance.status, instance.status_reason
+    desired = instance.desired_state
     if status == "failed" and desired != "running" and target != "deleted":
         raise CliError(
             f"instance {name} failed: {reason}",
-            hint=f"`gpudock instances show {instance['id']}` shows its events; "
-            f"`gpudock instances start {instance['id']}` tries again",
+            hint=f"`gpudock instances show {instance.id}` shows its events; "
+            f"`gpudock instances start {instance.id}` tries again",
         )
     if desired != target:
         raise CliError(

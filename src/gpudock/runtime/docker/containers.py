@@ -7,6 +7,8 @@ What an instance may do inside its container is decided here, in
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -46,6 +48,22 @@ KEEPALIVE_COMMAND = ["sleep", "infinity"]
 BASE_PROBE_IMAGE = "gpudock/base:bookworm"  # any image will do: the probe is never started
 MAX_SHM_MB = 16 * 1024
 CONFLICT = 409
+
+
+# A container's cgroup path names its id: /docker/<id> (cgroupfs, v1 or v2) or
+# /system.slice/docker-<id>.scope (systemd); nested engines: the innermost.
+_CGROUP_CONTAINER = re.compile(r"docker[-/]([0-9a-f]{64})(?:\.scope)?(?=/|$)")
+
+
+def container_of_pid(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The Docker container id in `/proc/<pid>/cgroup`, or None (in no
+    container, or the process has gone)."""
+    try:
+        text = (proc_root / str(pid) / "cgroup").read_text()
+    except OSError:
+        return None
+    found = [m.group(1) for line in text.splitlines() for m in _CGROUP_CONTAINER.finditer(line)]
+    return found[-1] if found else None
 
 
 def host_config_arguments(spec: ContainerSpec, engine_cpus: int, cap_disk: bool) -> dict[str, Any]:

@@ -31,7 +31,11 @@ from gpudock.runtime.base import (
 )
 from gpudock.runtime.docker import checks
 from gpudock.runtime.docker.build import DockerBuilder
-from gpudock.runtime.docker.containers import ALLOWED_CAPABILITIES, DockerContainers
+from gpudock.runtime.docker.containers import (
+    ALLOWED_CAPABILITIES,
+    DockerContainers,
+    container_of_pid,
+)
 from gpudock.runtime.docker.exec import ExecStreams, engine_is_local
 from gpudock.runtime.docker.images import DockerImages
 from gpudock.runtime.docker.networks import DockerNetworks, HostFirewall, is_tenant_network
@@ -80,6 +84,7 @@ class DockerRuntime:
         loop = LoopVolumes(volume_root, timeout_s) if volume_root else None
         self._volumes = DockerVolumes(self._api, loop, copy_timeout_s)
         local = engine_is_local(base_url)
+        self._local = local
         self._exec_streams = ExecStreams(self._api, local=local)
         firewall = HostFirewall() if host_firewall and local else None
         if firewall is not None and firewall.install():
@@ -221,6 +226,10 @@ class DockerRuntime:
 
     def container_stats(self, container_id: str) -> ContainerStats | None:
         return self._containers.stats(container_id)
+
+    def container_of_pid(self, pid: int) -> str | None:
+        """Read from this host's /proc: only a local engine's processes are here."""
+        return container_of_pid(pid) if self._local else None
 
     def _cpus(self) -> int:
         # The engine refuses a CPU limit above its own core count.

@@ -12,8 +12,13 @@ import docker.errors
 import docker.utils
 
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
-from gpudock.runtime.base import ImageInfo, ImageNotFound
-from gpudock.runtime.docker.translate import explain, image_info_of, translated
+from gpudock.runtime.base import ImageInfo, ImageNotFound, RegistryUnreachable
+from gpudock.runtime.docker.translate import (
+    explain,
+    image_info_of,
+    registry_unreachable,
+    translated,
+)
 
 
 class DockerImages:
@@ -35,7 +40,11 @@ class DockerImages:
         try:
             with translated(f"look up {ref} in its registry"):
                 self._api.inspect_distribution(ref)
-        except RuntimeFailure:
+        except RuntimeUnavailable:
+            raise
+        except RuntimeFailure as exc:
+            if registry_unreachable(exc.message):
+                raise RegistryUnreachable(_unreachable(ref, exc.message)) from exc
             return False
         return True
 
@@ -52,10 +61,10 @@ class DockerImages:
                     repository, tag=tag or "latest", stream=True, decode=True
                 ):
                     if "error" in event:
-                        raise ImageNotFound(_not_pulled(ref, str(event["error"])))
+                        raise _pull_failure(ref, str(event["error"]))
                 self._api.inspect_image(ref)
             except docker.errors.APIError as exc:
-                raise ImageNotFound(_not_pulled(ref, explain(exc))) from exc
+                raise _pull_failure(ref, explain(exc)) from exc
 
     def forget(self, ref: str) -> None:
         """The engine said it lacks `ref`: ask it again next time."""
@@ -102,6 +111,20 @@ class DockerImages:
 
 def _not_pulled(ref: str, why: str) -> str:
     return f"image {ref!r} is not on the engine and could not be pulled: {why}"
+
+
+def _unreachable(ref: str, why: str) -> str:
+    return (
+        f"image {ref!r} is not on the engine and its registry cannot be reached from it "
+        f"({why}); the name may well be right: try again later, or use an image that is "
+        "on the host"
+    )
+
+
+def _pull_failure(ref: str, why: str) -> RuntimeFailure:
+    if registry_unreachable(why):
+        return RegistryUnreachable(_unreachable(ref, why))
+    return ImageNotFound(_not_pulled(ref, why))
 
 
 def _imported_id(answer: str | bytes) -> str:

@@ -49,6 +49,29 @@ def explain(exc: docker.errors.APIError) -> str:
     return str(exc.explanation or exc)
 
 
+# How the engine words a registry it could not talk to (Go's net/http and
+# Docker's distribution client), as opposed to one that answered "no such image".
+_UNREACHABLE_WORDS = (
+    "no such host",
+    "dial tcp",
+    "i/o timeout",
+    "connection refused",
+    "connection reset",
+    "network is unreachable",
+    "tls handshake timeout",
+    "client.timeout exceeded",
+    "context deadline exceeded",
+    "temporary failure in name resolution",
+    "server misbehaving",
+)
+
+
+def registry_unreachable(detail: str) -> bool:
+    """True if the engine's words say it could not reach the registry at all."""
+    lowered = detail.lower()
+    return any(words in lowered for words in _UNREACHABLE_WORDS)
+
+
 def timed_out(exc: BaseException) -> bool:
     """True if a call ended because its read timeout passed, not because the
     engine went away. Over a Unix socket docker-py reports a read timeout as a

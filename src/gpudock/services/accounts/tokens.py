@@ -28,13 +28,12 @@ from gpudock.db.models import ApiTokenModel, UserModel
 from gpudock.errors import Conflict, InvalidRequest, NotFound, Unauthenticated
 from gpudock.services.accounts import states as user_states
 from gpudock.services.context import ServiceContext
+from gpudock.syntax import DURATION_PATTERN, TOKEN_NAME_PATTERN
 
 TOKEN_PREFIX = "gpd_"  # noqa: S105 (a prefix, not a secret)
 MAX_TOKEN_LENGTH = 256
 LAST_USED_RESOLUTION = timedelta(minutes=1)
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-DURATION_PATTERN = r"^[1-9][0-9]{0,4}[mhdw]$"
-_NAME = re.compile(NAME_PATTERN)
+_NAME = re.compile(TOKEN_NAME_PATTERN)
 _DURATION = re.compile(DURATION_PATTERN)
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 HOW_TO_RENEW = (

@@ -122,10 +122,13 @@ class Estimate:
     per_hour: int  # the whole instance (micro-units)
 
 
-def estimate(ctx: ServiceContext, gpu_model: str | None, gpu_count: int) -> Estimate:
-    """The price the metering would freeze on the interval if it opened now."""
+def estimate(
+    ctx: ServiceContext, gpu_model: str | None, gpu_count: int, share_milli: int | None = None
+) -> Estimate:
+    """The price the metering would freeze on the interval if it opened now
+    (a share of one GPU: its fraction of the GPU's)."""
     with ctx.reader() as session:
-        unit, rate = metering.rate_for(session, gpu_model, gpu_count)
+        unit, rate = metering.rate_for(session, gpu_model, gpu_count, share_milli)
     return Estimate(unit_price=unit, per_hour=rate.per_hour)
 
 

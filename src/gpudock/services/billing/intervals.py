@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import secrets
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from gpudock.billing.ledger import Posting
 from gpudock.billing.meter import posting_for
@@ -230,10 +231,22 @@ def describe(row: BillingIntervalModel, seconds: int, *, refund: bool = False) -
     if row.kind == IntervalKind.STORAGE.value:
         what = f"{row.disk_gb} GB stopped disk at {format_amount(row.rate_micro)}/day"
     else:
-        shape = f"{row.gpu_count} × {row.gpu_model}" if row.gpu_count else "no-GPU"
-        what = f"{shape} at {format_amount(row.rate_micro)}/h"
+        what = f"{_compute_shape(row)} at {format_amount(row.rate_micro)}/h"
     text = f"{seconds} s × {what}"
     return f"refund of {text} charged ahead of the stop" if refund else text
+
+
+def _compute_shape(row: BillingIntervalModel) -> str:
+    """'2 × A100-80GB', '0.5 × A100-80GB' (a share: fixed when the instance is
+    created, so the instance's is the interval's), or 'no-GPU'."""
+    if not row.gpu_count:
+        return "no-GPU"
+    session = object_session(row)
+    instance = session.get(InstanceModel, row.instance_id) if session is not None else None
+    if instance is not None and instance.gpu_share_milli is not None:
+        share = Decimal(instance.gpu_share_milli) / SHARE_DENOMINATOR
+        return f"{share.normalize()} × {row.gpu_model}"
+    return f"{row.gpu_count} × {row.gpu_model}"
 
 
 def unposted(states: list[IntervalState], now: datetime) -> int:

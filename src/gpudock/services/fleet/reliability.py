@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
@@ -21,45 +20,13 @@ from gpudock.db.models import (
     UserModel,
 )
 from gpudock.errors import Forbidden
+from gpudock.reliability import GpuReliability, ModelReliability, ReliabilityReport
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet.move_log import DONE
 
 # Published field figures the seeds quote, shown beside what this fleet measured.
 REFERENCE_MTBF_HOURS = {"A100": 1872.0, "RTX4090": 1420.0}
 _IN_SERVICE = frozenset({GpuState.HEALTHY.value, GpuState.DRAINING.value})
-
-
-@dataclass
-class GpuReliability:
-    uuid: str
-    host: str
-    model: str
-    state: str
-    hours_in_service: float
-    failures: int
-    mtbf_hours: float | None
-    faults: dict[str, int] = field(default_factory=dict)  # "xid 48" / "ecc_dbe" → count
-    migrations: int = 0
-
-
-@dataclass
-class ModelReliability:
-    model: str
-    gpus: int
-    hours_in_service: float
-    failures: int
-    mtbf_hours: float | None
-    reference_mtbf_hours: float | None
-    faults: dict[str, int]
-    migrations: int
-    interruption_p50_s: float | None
-    interruption_max_s: float | None
-
-
-@dataclass
-class ReliabilityReport:
-    models: list[ModelReliability]
-    gpus: list[GpuReliability]
 
 
 def report(ctx: ServiceContext, actor: UserModel) -> ReliabilityReport:
@@ -81,7 +48,9 @@ def report(ctx: ServiceContext, actor: UserModel) -> ReliabilityReport:
         ]
         interruptions = _interruptions(moves)
     moves_per_model = Counter(m.gpu_model or "none" for m in moves)
-    return ReliabilityReport(_per_model(per_gpu, interruptions, moves_per_model), per_gpu)
+    return ReliabilityReport(
+        models=_per_model(per_gpu, interruptions, moves_per_model), gpus=per_gpu
+    )
 
 
 _Row = TypeVar("_Row", GpuEventModel, GpuFaultModel)

@@ -26,7 +26,7 @@ from gpudock.db.models import ImageModel, UserModel
 from gpudock.errors import InvalidRequest
 from gpudock.images import references
 from gpudock.images.catalog import PRIVATE, PUBLIC, builtin_images
-from gpudock.runtime.base import LABEL_OWNER, ImageInfo
+from gpudock.runtime.base import LABEL_OWNER, ImageInfo, RegistryUnreachable
 from gpudock.services.context import ServiceContext
 
 
@@ -212,7 +212,11 @@ def _check_obtainable(
             "or build the image on the host first",
             field=field,
         )
-    if not ctx.runtime.image_pullable(ref.familiar):
+    try:
+        pullable = ctx.runtime.image_pullable(ref.familiar)
+    except RegistryUnreachable as exc:
+        raise InvalidRequest(exc.message, field=field) from exc
+    if not pullable:
         raise InvalidRequest(
             f"unknown image {text[:120]!r}: it is not on the Docker Engine and its registry "
             "does not have it (check the name and tag)",

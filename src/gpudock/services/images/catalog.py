@@ -30,7 +30,14 @@ from gpudock.doctor.bundle import SCRIPT_PATH
 from gpudock.doctor.bundle import script as doctor_script
 from gpudock.errors import Conflict, Forbidden, InvalidRequest, NotFound, RuntimeFailure
 from gpudock.images import compat, references
-from gpudock.images.catalog import PRIVATE, PUBLIC, ImageSpec, builtin_images, with_size
+from gpudock.images.catalog import (
+    PRIVATE,
+    PUBLIC,
+    ImageSpec,
+    builtin_images,
+    with_presence,
+    with_size,
+)
 from gpudock.runtime.base import LABEL_OWNER
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
@@ -82,10 +89,9 @@ def list_images(ctx: ServiceContext, user: UserModel | None) -> list[ImageSpec]:
 
 
 def _sized(ctx: ServiceContext, spec: ImageSpec) -> ImageSpec:
-    if spec.size_bytes:
-        return spec
-    size = ctx.runtime.image_size(spec.reference)
-    return with_size(spec, size) if size else spec
+    """Whether the engine has the image now (else it is pulled at first use), and
+    its size from there where the entry does not record one."""
+    return with_presence(spec, ctx.runtime.image_size(spec.reference))
 
 
 def find_image(ctx: ServiceContext, user: UserModel | None, ref: str) -> ImageSpec | None:

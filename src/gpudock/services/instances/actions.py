@@ -6,7 +6,7 @@ import json
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from sqlalchemy import ColumnElement, or_, select
@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import (
     DesiredState,
     GpuAllocationModel,
+    GpuModel,
     GpuShareModel,
     HostModel,
     InstanceEventModel,
@@ -73,8 +74,11 @@ def create_instance(
     ctx: ServiceContext, user: UserModel, request: InstanceRequest
 ) -> InstanceModel:
     """Validate, then write the instance as pending in one transaction; the
-    reconciler places and starts it."""
+    reconciler places and starts it. Without a gpu_model, the first of
+    `gpu_models` is the preferred one."""
     _check_env(request.env)
+    if request.gpu_model is None and request.gpu_models:
+        request = replace(request, gpu_model=request.gpu_models[0])
     # May ask a registry: outside any transaction.
     image = image_access.resolve(ctx, user, request.image or ctx.settings.default_image).reference
     unchecked = images.preflight(ctx, user, image, request.gpu_model)  # driver/arch fit
@@ -196,12 +200,26 @@ class InstanceView:
     instance: InstanceModel
     gpus: list[str]
     host_name: str | None
+    share_memory_mb: int | None = None  # a placed share's GPU memory limit
+
+    @property
+    def share_text(self) -> str | None:
+        """Its share of one GPU as a decimal fraction ("0.25"); None: whole GPUs."""
+        milli = self.instance.gpu_share_milli
+        return None if milli is None else sizing.share_text(milli)
 
 
 def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceView]:
-    """Instances with their allocated GPUs and host names, in two queries."""
+    """Instances with their allocated GPUs and host names, in three queries."""
     ids = [i.id for i in instances]
     with ctx.reader() as session:
+        card_mb = dict(
+            session.execute(
+                select(GpuShareModel.instance_id, GpuModel.memory_mb)
+                .join(GpuModel, GpuModel.id == GpuShareModel.gpu_id)
+                .where(GpuShareModel.instance_id.in_(ids))
+            ).all()
+        )
         rows = session.execute(
             select(GpuAllocationModel.instance_id, GpuAllocationModel.gpu_id)
             .where(GpuAllocationModel.instance_id.in_(ids))
@@ -217,9 +235,20 @@ def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceV
     for instance_id, gpu_id in rows:
         gpus[instance_id].append(gpu_id)
     return [
-        InstanceView(i, gpus[i.id], host_names.get(i.host_id) if i.host_id else None)
+        InstanceView(
+            i,
+            gpus[i.id],
+            host_names.get(i.host_id) if i.host_id else None,
+            _share_memory(i, card_mb.get(i.id)),
+        )
         for i in instances
     ]
+
+
+def _share_memory(instance: InstanceModel, card_mb: int | None) -> int | None:
+    if instance.gpu_share_milli is None or card_mb is None:
+        return None
+    return sizing.share_memory_mb(card_mb, instance.gpu_share_milli)
 
 
 def view(ctx: ServiceContext, instance: InstanceModel) -> InstanceView:

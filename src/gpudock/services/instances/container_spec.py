@@ -14,6 +14,7 @@ from gpudock.runtime.base import (
     LABEL_OWNER,
     ContainerSpec,
 )
+from gpudock.services.instances import sizing
 from gpudock.services.instances.actions import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
 from gpudock.settings import Settings
 
@@ -78,7 +79,7 @@ def share_env(settings: Settings, milli: int, gpu_memory_mb: int) -> dict[str, s
     (`GPUDOCK_SHARE_HOOK_LIBRARY`) the CUDA_DEVICE_* limits are enforced in
     every process; without it they are only advertised, and the allocator is
     set up to return memory (the watchdog holds the line)."""
-    limit_mib = gpu_memory_mb * milli // 1000
+    limit_mib = sizing.share_memory_mb(gpu_memory_mb, milli)
     env = {
         "GPUDOCK_GPU_SHARE": f"{milli / 1000:.3f}",
         "GPUDOCK_GPU_MEMORY_LIMIT": f"{limit_mib}m",

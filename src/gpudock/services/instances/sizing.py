@@ -13,9 +13,20 @@ from sqlalchemy.orm import Session
 
 from gpudock.db.models import GpuModel, HostModel
 from gpudock.errors import InvalidRequest
+from gpudock.services.context import ServiceContext
 from gpudock.settings import Settings
 
 MILLI_PER_GPU = 1000
+
+
+def share_text(milli: int) -> str:
+    """A share in milli-GPU as the decimal fraction users write: 250 → "0.25"."""
+    return str((Decimal(milli) / MILLI_PER_GPU).normalize())
+
+
+def share_memory_mb(card_mb: int, milli: int) -> int:
+    """A share's part of its card's memory (rounded down: never over the card)."""
+    return card_mb * milli // MILLI_PER_GPU
 
 
 class SizeRequest(Protocol):
@@ -85,17 +96,21 @@ def known_models(session: Session) -> list[str]:
 
 
 def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> Size:
+    """The instance's sizes (defaults filled in), or `InvalidRequest` for one
+    that no host could ever hold, saying the largest that fits: hosts of any
+    accepted model count."""
     if request.gpu_count > 0 and request.gpu_model is None:
         raise InvalidRequest("gpu_model is required when gpu_count > 0", field="gpu_model")
-    shapes = _shapes(session, request.gpu_model)
-    for model in (m for m in (request.gpu_model, *request.gpu_models) if m):
+    models = [m for m in dict.fromkeys((request.gpu_model, *request.gpu_models)) if m]
+    for model in models:
         if not any(s.gpus for s in _shapes(session, model)):
             raise InvalidRequest(
                 f"unknown GPU model {model!r}; available: "
                 f"{', '.join(known_models(session)) or 'none'}",
                 field="gpu_model",
             )
-    share = _share_milli(session, request)
+    shapes = [s for m in models for s in _shapes(session, m)] or _shapes(session, None)
+    share = share_milli(session, request)
     if share is not None:
         return _share_size(settings, request, shapes, share)
     if not shapes:
@@ -105,7 +120,7 @@ def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> 
         if request.gpu_count > largest:
             raise InvalidRequest(
                 f"gpu_count {request.gpu_count} is more than any host has: at most {largest} "
-                f"× {request.gpu_model} fit on one host",
+                f"× {' or '.join(models)} fit on one host",
                 field="gpu_count",
             )
         fitting = [s for s in shapes if s.gpus >= request.gpu_count]
@@ -155,7 +170,7 @@ def _check_system_disk(asked: int | None, settings: Settings) -> int:
     return value
 
 
-def _share_milli(session: Session, request: SizeRequest) -> int | None:
+def share_milli(session: Session, request: SizeRequest) -> int | None:
     """A share of one GPU in milli-GPU (rounded up: the tenant never gets less),
     from a fraction of the card or from GB of its memory; None: whole GPUs."""
     if request.gpu_share is None and request.gpu_memory_gb is None:
@@ -167,22 +182,45 @@ def _share_milli(session: Session, request: SizeRequest) -> int | None:
         )
     if request.gpu_model is None or request.gpu_count != 1:
         raise InvalidRequest(
-            "a share is of one GPU: give gpu_model and gpu_count 1 (or leave it out)",
+            "a share is of one GPU: give gpu_model and gpu_count 1 (or leave it out); "
+            "for several GPUs ask for whole ones with gpu_count and no share",
             field="gpu_count",
         )
     if request.gpu_share is not None:
-        milli = math.ceil(request.gpu_share * MILLI_PER_GPU)
-        field = "gpu_share"
-    else:
-        assert request.gpu_memory_gb is not None
-        card_mb = min(_card_memory_mb(session, m) for m in (request.gpu_model, *request.gpu_models))
-        milli = math.ceil(Decimal(request.gpu_memory_gb * 1024 * MILLI_PER_GPU) / card_mb)
-        field = "gpu_memory_gb"
-    if not 0 < milli < MILLI_PER_GPU:
+        return _fraction_milli(request.gpu_share)
+    assert request.gpu_memory_gb is not None
+    models = (request.gpu_model, *request.gpu_models)
+    card_mb = min(_card_memory_mb(session, m) for m in models)
+    if request.gpu_memory_gb * 1024 >= card_mb:
         raise InvalidRequest(
-            "a share is more than nothing and less than the whole card: ask for whole GPUs "
-            "with gpu_count instead",
-            field=field,
+            f"gpu_memory_gb {request.gpu_memory_gb} is all of a card or more (the smallest "
+            f"accepted card has {card_mb // 1024} GB): ask for a whole GPU, gpu_count 1 "
+            "without gpu_memory_gb",
+            field="gpu_memory_gb",
+        )
+    return math.ceil(Decimal(request.gpu_memory_gb * 1024 * MILLI_PER_GPU) / card_mb)
+
+
+def requested_share(ctx: ServiceContext, request: SizeRequest) -> int | None:
+    """The share a create request asks for, as `create_instance` would size it
+    (for a price shown before the request is sent); `InvalidRequest` as there."""
+    with ctx.reader() as session:
+        return share_milli(session, request)
+
+
+def _fraction_milli(share: Decimal) -> int:
+    if share <= 0:
+        raise InvalidRequest(
+            f"gpu_share {share} is not a share: give a fraction of the card between 0 and 1, "
+            "e.g. 0.25, or gpu_count 0 for an instance without a GPU",
+            field="gpu_share",
+        )
+    milli = math.ceil(share * MILLI_PER_GPU)
+    if milli >= MILLI_PER_GPU:
+        raise InvalidRequest(
+            f"gpu_share {share} is the whole card or more (once rounded up to the "
+            "milli-GPU): ask for whole GPUs with gpu_count and no gpu_share",
+            field="gpu_share",
         )
     return milli
 

@@ -50,12 +50,16 @@ def _set_cookie(response: Response, ctx: Context, name: str, value: str, max_age
 
 
 def _login_page(
-    request: Request, ctx: Context, next_url: str, error: str | None, status: int = 200
+    request: Request,
+    ctx: Context,
+    next_url: str,
+    error: str | None,
+    status: int = 200,
+    username: str = "",
 ) -> HTMLResponse:
     token = secrets.token_urlsafe(32)
-    response = render(
-        request, "login.html", None, status, csrf_token=token, next_url=next_url, error=error
-    )
+    values = {"csrf_token": token, "next_url": next_url, "error": error, "username": username}
+    response = render(request, "login.html", None, status, **values)
     _set_cookie(response, ctx, LOGIN_CSRF_COOKIE, token, 3600)
     return response
 
@@ -83,9 +87,9 @@ def login(
     try:
         opened = accounts.log_in(ctx, username, password)
     except Unauthenticated as exc:
-        return _login_page(request, ctx, safe_next(next_url), exc.message, 401)
+        return _login_page(request, ctx, safe_next(next_url), exc.message, 401, username)
     except AccountDisabled as exc:
-        return _login_page(request, ctx, safe_next(next_url), exc.message, 403)
+        return _login_page(request, ctx, safe_next(next_url), exc.message, 403, username)
     response = redirect(safe_next(next_url))
     _start_session(response, ctx, opened)
     response.delete_cookie(LOGIN_CSRF_COOKIE, path="/")

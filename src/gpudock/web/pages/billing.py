@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request, Response
 from fastapi.responses import StreamingResponse
 
-from gpudock.billing.money import format_amount, parse_amount
+from gpudock.billing.money import format_amount, format_cents, parse_amount
 from gpudock.errors import InvalidRequest
 from gpudock.services.accounts.logins import WebSession
 from gpudock.services.billing import balances as billing
@@ -48,12 +48,12 @@ def _values(ctx: ServiceContext, viewer: WebSession, days: int) -> dict[str, Any
         "periods": PERIODS,
         "spend_chart": charts.bar_chart(
             [(d.day.strftime("%m-%d"), d.amount) for d in spend],
-            format_amount,
+            format_cents,
             every=max(1, days // 10),
         ),
         "usage": usage,
         "usage_chart": charts.bar_chart(
-            [(u.instance_name or u.instance_id, u.amount) for u in top], format_amount
+            [(u.instance_name or u.instance_id, u.amount) for u in top], format_cents
         ),
         "lines": statements.latest_lines(ctx, user, LEDGER_LINES),
         "budget_error": None,

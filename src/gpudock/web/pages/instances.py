@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
@@ -16,7 +18,7 @@ from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import inventory
 from gpudock.services.images import catalog as image_catalog
 from gpudock.services.instances import actions as instances
-from gpudock.services.instances import overview, usage
+from gpudock.services.instances import overview, queue, sizing, usage
 from gpudock.services.instances.actions import InstanceRequest
 from gpudock.services.ssh import endpoint as ssh_endpoint
 from gpudock.services.ssh import sessions as ssh_sessions
@@ -47,8 +49,10 @@ def _available(ctx: ServiceContext, user: UserModel) -> str:
     return f"{format_amount(balances.summary(ctx, user).available)} {ctx.settings.currency}"
 
 
-def _estimate_per_hour(ctx: ServiceContext, gpu_model: str | None, gpu_count: int) -> str:
-    estimate = balances.estimate(ctx, gpu_model, gpu_count)
+def _estimate_per_hour(
+    ctx: ServiceContext, gpu_model: str | None, gpu_count: int, share_milli: int | None = None
+) -> str:
+    estimate = balances.estimate(ctx, gpu_model, gpu_count, share_milli)
     return f"{format_amount(estimate.per_hour)} {ctx.settings.currency}"
 
 
@@ -105,6 +109,9 @@ def _form(
     values = {
         "gpu_model": models[0].model if models else "",
         "gpu_count": "1",
+        "gpu_mode": "whole",
+        "share": "",
+        "share_unit": "fraction",
         "image": ctx.settings.default_image,
         "disk_gb": str(ctx.settings.default_disk_gb),
         **values,
@@ -119,7 +126,7 @@ def _form(
         **form_error(error),
         hint=_image_hint(ctx, viewer.user, values["image"], values["gpu_model"] or None),
         image_choices=[(i.reference, i.name) for i in image_catalog.list_images(ctx, viewer.user)],
-        **_availability_values(ctx, models, values["gpu_model"], values["gpu_count"]),
+        **_availability_values(ctx, models, values),
     )
 
 
@@ -137,23 +144,44 @@ def _count_or_one(raw: str) -> int:
 
 
 def _availability_values(
-    ctx: ServiceContext, models: list[inventory.ModelSummary], gpu_model: str, gpu_count: str
+    ctx: ServiceContext, models: list[inventory.ModelSummary], form: dict[str, str]
 ) -> dict[str, Any]:
-    count = _count_or_one(gpu_count)
+    """Free capacity and the price for what the form asks now; a share is
+    sized as the server will size it (or the problem with it is shown)."""
+    count = _count_or_one(form["gpu_count"])
+    gpu_model = form["gpu_model"] or None
+    share: int | None = None
+    share_problem: str | None = None
+    if form["gpu_mode"] == "share" and form["share"].strip():
+        try:
+            share = sizing.requested_share(ctx, _share_request(form))
+        except InvalidRequest as exc:
+            share_problem = exc.message
     return {
-        "selected": _summary_of(models, gpu_model),
-        "estimate": _estimate_per_hour(ctx, gpu_model or None, count),
+        "selected": _summary_of(models, form["gpu_model"]),
+        "estimate": _estimate_per_hour(ctx, gpu_model, 1 if share else count, share),
         "count": count,
+        "share_milli": share,
+        "share_problem": share_problem,
     }
 
 
 @router.get("/instances/new/availability")
 def availability(
-    request: Request, ctx: Context, viewer: Viewer, gpu_model: str = "", gpu_count: str = "1"
+    request: Request,
+    ctx: Context,
+    viewer: Viewer,
+    gpu_model: str = "",
+    gpu_count: str = "1",
+    gpu_mode: str = "whole",
+    share: str = "",
+    share_unit: str = "fraction",
 ) -> Response:
-    """Live free/total and the estimated price for the chosen model and count,
-    polled and refreshed when either changes."""
-    values = _availability_values(ctx, inventory.gpu_summary(ctx), gpu_model, gpu_count)
+    """Live free/total and the estimated price for the chosen model and count
+    (or share), polled and refreshed when any of them changes."""
+    form = {"gpu_model": gpu_model, "gpu_count": gpu_count, "gpu_mode": gpu_mode}
+    form |= {"share": share[:16], "share_unit": share_unit}
+    values = _availability_values(ctx, inventory.gpu_summary(ctx), form)
     return render(request, "fragments/availability.html", viewer, **values)
 
 
@@ -180,18 +208,50 @@ def _parse_int(raw: str, field: str, message: str, low: int, high: int) -> int |
 
 
 def _request_from(form: dict[str, str]) -> InstanceRequest:
+    if form["gpu_mode"] == "share":
+        return replace(
+            _share_request(form),
+            name=form["name"].strip() or None,
+            image=form["image"].strip() or None,
+            disk_gb=_disk(form),
+        )
     count = _parse_int(
         form["gpu_count"], "gpu_count", "count must be a whole number from 0 to 16", 0, 16
     )
-    disk = _parse_int(form["disk_gb"], "disk_gb", "disk must be a whole number of GB", 1, 10**6)
     gpu_count = 1 if count is None else count
     return InstanceRequest(
         gpu_model=(form["gpu_model"] or None) if gpu_count > 0 else None,
         gpu_count=gpu_count,
         name=form["name"].strip() or None,
         image=form["image"].strip() or None,
-        disk_gb=disk,
+        disk_gb=_disk(form),
     )
+
+
+def _disk(form: dict[str, str]) -> int | None:
+    return _parse_int(form["disk_gb"], "disk_gb", "disk must be a whole number of GB", 1, 10**6)
+
+
+def _share_request(form: dict[str, str]) -> InstanceRequest:
+    """A share of one GPU of the chosen model: a fraction of the card, or GB of it."""
+    text = form["share"].strip()
+    model = form["gpu_model"] or None
+    if form["share_unit"] == "gb":
+        message = "GPU memory must be a whole number of GB"
+        memory = _parse_int(text, "gpu_memory_gb", message, 1, 65536)
+        if memory is None:
+            raise InvalidRequest(message, field="gpu_memory_gb")
+        return InstanceRequest(gpu_model=model, gpu_count=1, gpu_memory_gb=memory)
+    try:
+        fraction = Decimal(text)
+    except InvalidOperation:
+        fraction = Decimal("NaN")
+    if not fraction.is_finite():
+        raise InvalidRequest(
+            "the share must be a fraction of the card between 0 and 1, such as 0.25",
+            field="gpu_share",
+        )
+    return InstanceRequest(gpu_model=model, gpu_count=1, gpu_share=fraction)
 
 
 @router.post("/instances")
@@ -204,9 +264,13 @@ def create_instance(
     name: Annotated[str, Form(max_length=63)] = "",
     image: Annotated[str, Form(max_length=512)] = "",
     disk_gb: Annotated[str, Form(max_length=12)] = "",
+    gpu_mode: Annotated[str, Form(max_length=8)] = "whole",
+    share: Annotated[str, Form(max_length=16)] = "",
+    share_unit: Annotated[str, Form(max_length=8)] = "fraction",
 ) -> Response:
     form = {"gpu_model": gpu_model, "gpu_count": gpu_count, "name": name}
     form |= {"image": image, "disk_gb": disk_gb}
+    form |= {"gpu_mode": gpu_mode, "share": share, "share_unit": share_unit}
     try:
         created = instances.create_instance(ctx, viewer.user, _request_from(form))
     except InvalidRequest as exc:
@@ -225,6 +289,7 @@ def _detail_values(
         "ssh": ssh_endpoint.ssh_command(ctx.settings, instance.id),
         "owner": _owners(ctx, viewer).get(instance.user_id, instance.user_id),
         "sessions": ssh_sessions.list_sessions(ctx, viewer.user, instance.id, SESSIONS_SHOWN),
+        "queue": queue.queue_position(ctx, instance),
     }
 
 

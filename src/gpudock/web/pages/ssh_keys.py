@@ -67,7 +67,9 @@ def add_key(
         # The signature pasted is over the challenge sent: keep both while it is
         # valid, so fixing the name or the key does not mean signing again.
         kept = ssh_key_proof.still_valid(ctx, viewer.user, challenge)
-        form = {"public_key": public_key, "name": name, "signature": signature if kept else ""}
+        # A private key pasted by mistake is a secret: never send it back in the page.
+        echoed = "" if "PRIVATE KEY" in public_key else public_key
+        form = {"public_key": echoed, "name": name, "signature": signature if kept else ""}
         return _page(request, ctx, viewer, 422, challenge=kept, error=exc, form=form)
     return redirect("/ssh-keys")
 

@@ -1,4 +1,5 @@
-// gpudock console: confirmation before destructive forms, copy buttons. No business logic.
+// gpudock console: confirmation before destructive forms, copy buttons, the phone
+// menu and tap-to-show reasons. No business logic.
 (function () {
   "use strict";
   document.addEventListener("submit", function (event) {
@@ -26,5 +27,24 @@
       area.remove();
       done();
     }
+  });
+  document.addEventListener("click", function (event) {
+    var toggle = event.target.closest ? event.target.closest(".menu-toggle") : null;
+    if (!toggle) { return; }
+    var header = toggle.closest("header");
+    var open = header.classList.toggle("open");
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+  });
+  // A reason kept in a title shows on hover only; a phone has no hover.
+  document.addEventListener("click", function (event) {
+    var mark = event.target.closest ? event.target.closest(".good[title], .bad[title], .unchecked[title], .badge[title]") : null;
+    if (!mark || !mark.getAttribute("title")) { return; }
+    var next = mark.nextElementSibling;
+    if (next && next.classList.contains("tip")) { next.remove(); return; }
+    var tip = document.createElement("span");
+    tip.className = "tip";
+    tip.setAttribute("role", "note");
+    tip.textContent = mark.getAttribute("title");
+    mark.insertAdjacentElement("afterend", tip);
   });
 })();
