@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ADMIN_TOKEN_FILE = "admin.token"  # noqa: S105 (a file name)
+SERVER_ID_FILE = "server.id"
+_SERVER_ID = re.compile(r"[0-9a-f]{12}")
 
 
 @dataclass
@@ -95,6 +99,7 @@ def open_platform(
         runtime=runtime or default_runtime(settings),
         gpu_source=source,
         clock=clock,
+        lease_owner=server_id(settings.data_dir),
     )
     ctx.cluster_id = inventory.ensure_cluster_id(ctx)
     inventory.sync_inventory(ctx, source.discover())
@@ -102,6 +107,22 @@ def open_platform(
     ctx.wake_reconciler = reconciler.wake
     token_path = _write_admin_token(settings.data_dir, users.ensure_admin(ctx))
     return Platform(ctx=ctx, reconciler=reconciler, admin_token_path=token_path)
+
+
+def server_id(data_dir: Path) -> str:
+    """This server's lasting id, the owner of its row leases: made once per data
+    dir, so a restarted server recognises the leases its previous run left.
+    Two servers on one database need two data dirs."""
+    path = data_dir / SERVER_ID_FILE
+    try:
+        found = path.read_text().strip()
+    except FileNotFoundError:
+        found = ""
+    if _SERVER_ID.fullmatch(found):
+        return found
+    made = secrets.token_hex(6)
+    path.write_text(made + "\n")
+    return made
 
 
 def _write_admin_token(data_dir: Path, token: str | None) -> Path | None:

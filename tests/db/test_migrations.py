@@ -9,9 +9,17 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import text
 
-from gpudock.db.engine import alembic_config, make_engine, make_sessionmaker, migrate
+from gpudock.db.engine import (
+    alembic_config,
+    applied_revisions,
+    head_revisions,
+    make_engine,
+    make_sessionmaker,
+    migrate,
+)
 from gpudock.db.models import Base, UserState
 from gpudock.gpu.simulated import SimulatedGpuSource
 from gpudock.runtime.fake import FakeRuntime
@@ -109,3 +117,15 @@ def test_downgrading_0009_keeps_users_and_their_tokens(
         assert (tokens_left, state) == (["t1"], "active")
     finally:
         engine.dispose()
+
+
+def test_the_heads_read_from_the_scripts_are_alembics(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'heads.db'}")
+    assert applied_revisions(engine) == set()
+    migrate(engine)
+    # What a full upgrade leaves in alembic_version: the heads, less the
+    # revisions others depend on; a database there skips Alembic at start.
+    assert head_revisions() == applied_revisions(engine)
+    script = ScriptDirectory.from_config(alembic_config(engine))
+    assert head_revisions() <= set(script.get_heads())
+    engine.dispose()

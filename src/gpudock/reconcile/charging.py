@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from gpudock.billing.metering import IntervalKind, Protection, due_charge, protection
 from gpudock.billing.money import format_amount
@@ -46,7 +46,7 @@ from gpudock.settings import Settings
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
-USERS_PER_TRANSACTION = 25
+USERS_PER_TRANSACTION = 10  # short write transactions: placement commits between them
 
 
 @dataclass
@@ -68,7 +68,7 @@ class _User:
 def charge_pass(ctx: ServiceContext) -> PassReport:
     """One pass over every user with an open interval."""
     now = ctx.clock()
-    with ctx.sessions() as session:
+    with ctx.reader() as session:  # on SQLite a reader takes no write lock for the scan
         todo = _users_with_work(session, ctx.settings, now)
     report = PassReport(users=len(todo))
     for start in range(0, len(todo), USERS_PER_TRANSACTION):
@@ -95,11 +95,18 @@ def _open(session: Session, user_ids: list[str] | None, *, lock: bool) -> dict[s
     if lock:
         instances = instances.order_by(InstanceModel.id).with_for_update()
         intervals = intervals.order_by(BillingIntervalModel.id).with_for_update()
+    else:  # the scan reads only what decides who has work: a fraction of each row's cost
+        instances = instances.options(
+            load_only(InstanceModel.status, InstanceModel.desired_state, raiseload=True)
+        )
     by_id = {i.id: i for i in session.scalars(instances)}
     users: defaultdict[str, _User] = defaultdict(_User)
     for row in session.scalars(intervals.order_by(BillingIntervalModel.id)):
+        instance = by_id.get(row.instance_id)
+        if instance is None:  # opened after the first read (PostgreSQL reads per statement)
+            continue  # the next pass has it
         users[row.user_id].intervals.append(row)
-        users[row.user_id].instances[row.instance_id] = by_id[row.instance_id]
+        users[row.user_id].instances[row.instance_id] = instance
     return dict(users)
 
 

@@ -4,6 +4,13 @@ One thread runs the loop: a table of passes (`reconcile.<pass>`), each run
 when its interval is due; per-instance lifecycle steps run on a worker pool,
 each row under a lease that a heartbeat keeps while the step's I/O runs. The
 loop wakes on every API change and at `GPUDOCK_RECONCILE_INTERVAL_S`.
+
+Charging has a thread of its own, woken every `GPUDOCK_BILLING_TICK_S`: a pass
+over thousands of priced instances takes a good part of a second, and placement
+must never wait behind it. The two share nothing but the database, and take row
+locks in the same order (instances, then intervals, then accounts), so they can
+run at the same moment; a charge committed twice is impossible either way (each
+posting has an idempotency key).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from gpudock.reconcile import (
     system_disks,
 )
 from gpudock.services.context import ServiceContext
-from gpudock.services.leases import release_all
+from gpudock.services.leases import release_at_startup
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
@@ -53,6 +60,18 @@ class _Pass:
         return self.interval_s is None or now - self.last_run >= self.interval_s
 
 
+def _run_due(passes: list[_Pass], *, isolate: bool) -> None:
+    now = time.monotonic()
+    for due in (p for p in passes if p.due(now)):
+        due.last_run = now
+        try:
+            due.run()
+        except Exception:
+            if not isolate:
+                raise
+            log.exception("reconciler pass %r failed", due.name)
+
+
 class Reconciler:
     """Runs the passes in order, each when it is due; `tick()` is one round."""
 
@@ -64,6 +83,7 @@ class Reconciler:
         self._in_flight: dict[str, Future[None]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._charging_thread: threading.Thread | None = None
         health_watch, disk_watch = gpu_health.HealthWatch(), system_disks.DiskWatch()
         shares_watch = share_watch.ShareWatch()
         settings = ctx.settings
@@ -80,7 +100,6 @@ class Reconciler:
             _Pass(
                 "liveness", lambda: liveness.check_running(ctx), settings.health_check_interval_s
             ),
-            _Pass("charging", lambda: charging.charge_pass(ctx), settings.billing_tick_s),
             _Pass(
                 "system disks",
                 lambda: system_disks.check_system_disks(ctx, disk_watch),
@@ -92,18 +111,32 @@ class Reconciler:
                 settings.share_watch_interval_s,
             ),
         ]
+        self._charging = [
+            _Pass("charging", lambda: charging.charge_pass(ctx), settings.billing_tick_s)
+        ]
 
     # -- lifecycle of the loop itself ---------------------------------------
     def start(self) -> None:
-        release_all(self._ctx)
+        released = release_at_startup(self._ctx)
+        if released.own or released.expired:
+            log.info(
+                "cleared %d leases of this server's previous run and %d expired ones",
+                released.own,
+                released.expired,
+            )
         self._thread = threading.Thread(target=self._loop, name="gpudock-reconciler", daemon=True)
         self._thread.start()
+        self._charging_thread = threading.Thread(
+            target=self._charging_loop, name="gpudock-charging", daemon=True
+        )
+        self._charging_thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        for thread in (self._thread, self._charging_thread):
+            if thread is not None:
+                thread.join(timeout=30)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def wake(self) -> None:
@@ -115,23 +148,25 @@ class Reconciler:
             self.tick(isolate=True)
             self._wake.wait(self._ctx.settings.reconcile_interval_s)
 
+    def _charging_loop(self) -> None:
+        """Its own tick, not the placement loop's wake-ups: charging follows the clock."""
+        while not self._stopping.is_set():
+            self.charging_tick(isolate=True)
+            self._stopping.wait(self._ctx.settings.billing_tick_s)
+
     # -- one round -------------------------------------------------------------
     def tick(self, *, isolate: bool = False) -> None:
-        """Run every pass that is due. `isolate`: a failing pass is logged and
-        the others still run (the loop); otherwise it raises (tests)."""
-        now = time.monotonic()
-        for due in (p for p in self._passes if p.due(now)):
-            due.last_run = now
-            try:
-                due.run()
-            except Exception:
-                if not isolate:
-                    raise
-                log.exception("reconciler pass %r failed", due.name)
+        """Run every pass of the placement loop that is due. `isolate`: a failing
+        pass is logged and the others still run (the loop); otherwise it raises (tests)."""
+        _run_due(self._passes, isolate=isolate)
+
+    def charging_tick(self, *, isolate: bool = False) -> None:
+        """One round of the charging thread (the charging pass, when due)."""
+        _run_due(self._charging, isolate=isolate)
 
     def make_due(self, *names: str) -> None:
         """Have the named passes run at the next tick, whatever their interval."""
-        known = {p.name: p for p in self._passes}
+        known = {p.name: p for p in [*self._passes, *self._charging]}
         for name in names:
             known[name].last_run = -math.inf
 
@@ -163,6 +198,7 @@ class Reconciler:
         last_seen = -1
         while time.monotonic() < deadline:
             self.tick()
+            self.charging_tick()
             with self._lock:
                 futures = list(self._in_flight.values())
             for future in futures:

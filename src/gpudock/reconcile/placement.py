@@ -53,7 +53,7 @@ def place_waiting(ctx: ServiceContext) -> None:
     comes closest to holding it, and nothing younger is placed there until it
     runs. The reservation is worked out afresh each pass from the queue, so a
     restart keeps it and nothing needs cleaning up."""
-    with ctx.sessions() as session:
+    with ctx.reader() as session:  # no write lock: commits re-check under the row lock
         waiting = queue.waiting_in_order(session)
         if not waiting:
             return
@@ -79,7 +79,7 @@ def place_waiting(ctx: ServiceContext) -> None:
             snapshot = _after(snapshot, placement, request)
             ctx.crash_point("after_placement")
         else:
-            with ctx.sessions() as session:
+            with ctx.reader() as session:
                 snapshot = capacity_snapshot(session)
 
 

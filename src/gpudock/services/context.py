@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ class ServiceContext:
     read_sessions: sessionmaker[Session] | None = None
     clock: Callable[[], datetime] = utc_now
     wake_reconciler: Callable[[], None] = field(default=lambda: None)
+    lease_owner: str = field(default_factory=lambda: secrets.token_hex(6))
+    """Who holds this process's row leases (`services.leases`); the platform
+    sets the server's lasting id."""
 
     def reader(self) -> Session:
         """A session for queries only (no write lock on SQLite)."""

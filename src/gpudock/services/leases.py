@@ -2,7 +2,15 @@
 slow I/O outside any transaction, and writes back only while it still holds
 the token (dstack's pipeline pattern). While it works, a heartbeat extends the
 expiry, so a slow step (an image pull, a commit, a volume copy) is never taken
-over by a second worker while the first still runs it."""
+over by a second worker while the first still runs it.
+
+A lease belongs to a process: its token is `<owner>.<nonce>`, the owner being
+the server's id (`ServiceContext.lease_owner`, kept in the data dir, so the
+same server restarted is the same owner). Several servers may share one
+database: a server that dies leaves its leases to expire (`lease_s` after the
+last heartbeat), and whichever server tries the row next takes it over; at
+start-up a server clears only the leases its own previous life left behind.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,12 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
 from typing import TypeVar
 
-from sqlalchemy import or_, update
+from sqlalchemy import Update, or_, update
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import InstanceModel
@@ -24,6 +33,7 @@ from gpudock.services.context import ServiceContext
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 MIN_HEARTBEAT_S = 0.05
+OWNER_SEPARATOR = "."
 
 
 class LeaseLost(GpudockError):
@@ -34,7 +44,7 @@ class LeaseLost(GpudockError):
 
 def try_lease(ctx: ServiceContext, instance_id: str) -> str | None:
     """Claim the row; return the token, or None if someone else holds it."""
-    token = secrets.token_hex(8)
+    token = f"{ctx.lease_owner}{OWNER_SEPARATOR}{secrets.token_hex(8)}"
     now = ctx.clock()
     with ctx.sessions.begin() as session:
         result = session.execute(
@@ -125,13 +135,31 @@ def release(ctx: ServiceContext, instance_id: str, token: str) -> None:
         )
 
 
-def release_all(ctx: ServiceContext) -> None:
-    """At start-up: this server is the only one on its database, so any lease
-    left in the table belonged to a process that is gone."""
+@dataclass(frozen=True)
+class Released:
+    own: int
+    expired: int
+
+
+def release_at_startup(ctx: ServiceContext) -> Released:
+    """Clear the leases this server's previous life left (it is gone: we are
+    it) and those that expired; leave every live lease of another server alone."""
+    now = ctx.clock()
     with ctx.sessions.begin() as session:
-        session.execute(
-            update(InstanceModel)
-            .where(InstanceModel.lock_token.is_not(None))
-            .values(lock_token=None, lock_expires_at=None)
-            .execution_options(synchronize_session=False)
+        own = session.execute(
+            _cleared().where(InstanceModel.lock_token.startswith(ctx.lease_owner + OWNER_SEPARATOR))
         )
+        expired = session.execute(
+            _cleared().where(
+                InstanceModel.lock_token.is_not(None), InstanceModel.lock_expires_at < now
+            )
+        )
+    return Released(int(own.rowcount), int(expired.rowcount))  # type: ignore[attr-defined]
+
+
+def _cleared() -> Update:
+    return (
+        update(InstanceModel)
+        .values(lock_token=None, lock_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )

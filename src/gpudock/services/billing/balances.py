@@ -219,7 +219,7 @@ def resolve_subject(ctx: ServiceContext, caller: UserModel, user_ref: str | None
         return caller
     if not caller.is_admin:
         raise NotFound(f"no user {user_ref!r} visible to you: you can read your own statements")
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         return _user_by_ref(session, user_ref)
 
 
@@ -244,7 +244,7 @@ class BalanceSummary:
 
 def summary(ctx: ServiceContext, user: UserModel) -> BalanceSummary:
     now = ctx.clock()
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         return _summary(session, user, now)
 
 

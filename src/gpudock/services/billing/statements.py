@@ -109,7 +109,7 @@ def ledger_page(
 ) -> Page:
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidRequest(f"limit must be 1..{MAX_PAGE}", field="limit")
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         rows = session.execute(_query(user, start, end, cursor).limit(limit + 1)).all()
     lines = [Line(p, name) for p, name in rows[:limit]]
     more = len(rows) > limit
@@ -119,7 +119,7 @@ def ledger_page(
 def all_lines(
     ctx: ServiceContext, user: UserModel, start: datetime | None, end: datetime | None
 ) -> list[Line]:
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         rows = session.execute(_query(user, start, end, None).limit(CSV_LIMIT)).all()
     return [Line(p, name) for p, name in rows]
 
@@ -176,7 +176,7 @@ def usage(
         query = query.where(p.at >= start)
     if end is not None:
         query = query.where(p.at < end)
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         rows = session.execute(query).all()
     items: dict[str, Usage] = {}
     for instance_id, name, kind, per_s, model, count, seconds, gpu_s, amount in rows:

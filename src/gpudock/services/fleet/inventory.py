@@ -6,7 +6,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from gpudock.billing.money import format_amount
@@ -155,45 +155,63 @@ def list_hosts(ctx: ServiceContext) -> list[HostModel]:
 
 
 def capacity_snapshot(session: Session) -> list[HostCapacity]:
-    """Free CPU, memory and healthy unallocated GPUs per present host."""
-    hosts = session.scalars(
-        select(HostModel)
-        .where(HostModel.present.is_(True))
-        .options(
-            selectinload(HostModel.gpus).selectinload(GpuModel.allocation),
-            selectinload(HostModel.gpus).selectinload(GpuModel.shares),
-        )
+    """Free CPU, memory and healthy unallocated GPUs per present host.
+
+    Read as plain columns and sums, not as ORM objects: the placement pass
+    takes one per pass, and at thousands of GPUs and instances loading each
+    GPU with its allocation and shares cost most of the pass."""
+    hosts = session.execute(
+        select(HostModel.id, HostModel.cpus, HostModel.memory_gb).where(HostModel.present.is_(True))
     ).all()
-    used_cpu: dict[str, float] = defaultdict(float)
-    used_mem: dict[str, float] = defaultdict(float)
-    holding = session.execute(
-        select(InstanceModel.host_id, InstanceModel.cpu, InstanceModel.memory_gb).where(
-            InstanceModel.placed.is_(True), InstanceModel.host_id.is_not(None)
+    used = {
+        host_id: (float(cpu or 0), float(memory or 0))
+        for host_id, cpu, memory in session.execute(
+            select(
+                InstanceModel.host_id,
+                func.sum(InstanceModel.cpu),
+                func.sum(InstanceModel.memory_gb),
+            )
+            .where(InstanceModel.placed.is_(True), InstanceModel.host_id.is_not(None))
+            .group_by(InstanceModel.host_id)
         )
-    ).all()
-    for host_id, cpu, memory in holding:
-        if host_id is None:
-            continue
-        used_cpu[host_id] += cpu
-        used_mem[host_id] += memory
+    }
+    whole = set(session.scalars(select(GpuAllocationModel.gpu_id)))
+    shared = dict(
+        session.execute(
+            select(GpuShareModel.gpu_id, func.sum(GpuShareModel.milli)).group_by(
+                GpuShareModel.gpu_id
+            )
+        )
+        .tuples()
+        .all()
+    )
+    gpus: defaultdict[str, list[tuple[GpuSlot, bool, int]]] = defaultdict(list)
+    columns = (GpuModel.host_id, GpuModel.id, GpuModel.model, GpuModel.index)
+    rows = session.execute(
+        select(*columns, GpuModel.numa_node, GpuModel.nvlink_peers, GpuModel.state)
+        .where(GpuModel.present.is_(True))
+        .order_by(GpuModel.host_id, GpuModel.index)
+    ).tuples()
+    for host_id, gpu_id, model, index, numa_node, nvlink_peers, state in rows:
+        peers = frozenset(p for p in nvlink_peers.split(",") if p)
+        slot = GpuSlot(gpu_id, model, index, numa_node, peers)
+        usable = state == GpuState.HEALTHY and gpu_id not in whole
+        gpus[host_id].append((slot, usable, int(shared.get(gpu_id) or 0)))
     return [
         HostCapacity(
-            host_id=h.id,
-            free_cpus=h.cpus - used_cpu[h.id],
-            free_memory_gb=h.memory_gb - used_mem[h.id],
-            free_gpus=tuple(_slot(g) for g in h.gpus if g.present and _is_free(g)),
-            gpu_models=frozenset(g.model for g in h.gpus if g.present),
+            host_id=host_id,
+            free_cpus=cpus - used.get(host_id, (0.0, 0.0))[0],
+            free_memory_gb=memory - used.get(host_id, (0.0, 0.0))[1],
+            free_gpus=tuple(slot for slot, usable, milli in gpus[host_id] if usable and not milli),
+            gpu_models=frozenset(slot.model for slot, _usable, _milli in gpus[host_id]),
             shared_gpus=tuple(
-                SharedGpu(_slot(g), share_free(g)) for g in h.gpus if g.shares and share_free(g)
+                SharedGpu(slot, WHOLE_MILLI - milli)
+                for slot, usable, milli in gpus[host_id]
+                if usable and milli and WHOLE_MILLI - milli > 0
             ),
         )
-        for h in hosts
+        for host_id, cpus, memory in hosts
     ]
-
-
-def _slot(gpu: GpuModel) -> GpuSlot:
-    peers = frozenset(p for p in gpu.nvlink_peers.split(",") if p)
-    return GpuSlot(gpu.id, gpu.model, gpu.index, gpu.numa_node, peers)
 
 
 def allocated_gpu_ids(session: Session, instance_id: str) -> list[str]:

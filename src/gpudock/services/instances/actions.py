@@ -164,7 +164,7 @@ def _visible(user: UserModel) -> list[ColumnElement[bool]]:
 def list_instances(
     ctx: ServiceContext, user: UserModel, *, include_deleted: bool = False
 ) -> list[InstanceModel]:
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         query = select(InstanceModel).where(*_visible(user)).order_by(InstanceModel.created_at)
         if not include_deleted:
             query = query.where(InstanceModel.status != S.DELETED)

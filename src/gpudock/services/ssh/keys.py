@@ -187,7 +187,7 @@ def _check_name_free(session: Session, user: UserModel, name: str) -> None:
 
 
 def list_keys(ctx: ServiceContext, user: UserModel) -> list[SshKeyModel]:
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         query = (
             select(SshKeyModel)
             .where(SshKeyModel.user_id == user.id)
@@ -215,7 +215,7 @@ def remove_key(ctx: ServiceContext, user: UserModel, ref: str) -> SshKeyModel:
 
 def find_by_fingerprint(ctx: ServiceContext, fingerprint: str) -> tuple[SshKeyModel, UserModel]:
     """The key and its owner; NotFound if no user registered it."""
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         row = session.execute(
             select(SshKeyModel, UserModel)
             .join(UserModel, UserModel.id == SshKeyModel.user_id)

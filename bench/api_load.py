@@ -1,0 +1,318 @@
+"""The API under load: a real `gpudock server`, 10,000 instances of 500 users
+in its database, 100 concurrent clients.
+
+    nice .venv/bin/python -m bench.api_load [--duration 30] [--clients 100]
+        [--instances 10000] [--users 500] [--running 2000] [--database-url URL]
+
+The server runs in a child process on the fake runtime (`GPUDOCK_RUNTIME=fake`)
+over a simulated fleet with some GPUs to spare, rate limits off (every client
+comes from 127.0.0.1) and the liveness check slowed to hourly (the fake
+runtime of the server knows nothing of the seeded containers). Once it
+answers, this process seeds its database through the services (users, tokens,
+prices, top-ups) and by bulk inserts (instances, GPU allocations, open billing
+intervals): `--running` running priced instances, the rest stopped. Then
+`--clients` threads, each one user with its own httpx client, run for
+`--duration` seconds: 80 % reads (list, show, balance, ledger, SSH keys) and
+20 % writes (create, stop, start, delete of what that client created).
+
+Prints per-endpoint count, p50, p99 and errors (4xx answers such as a 409 for
+a stop of an instance that is already stopping are counted apart from 5xx and
+transport errors), then the reconciler's passes timed over the same database.
+Targets: create/show p99 ≤ 100 ms, list p99 ≤ 1 s, no 5xx, a pass ≤ 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import secrets
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import httpx
+from sqlalchemy import select
+from tests.support.server_process import ServerProcess
+
+from gpudock.billing.money import parse_amount
+from gpudock.db.models import (
+    BillingIntervalModel,
+    DesiredState,
+    GpuAllocationModel,
+    GpuModel,
+    InstanceModel,
+    InstanceStatus,
+)
+from gpudock.platform import Platform, open_platform
+from gpudock.reconcile import charging, gpu_health, lifecycle, placement
+from gpudock.runtime.fake import FakeRuntime
+from gpudock.services.accounts import users
+from gpudock.services.billing import balances as billing
+from gpudock.services.context import utc_now
+from gpudock.settings import Settings
+
+MODEL = "A100-80GB"
+PRICE = "3.6"  # per GPU-hour: 3,600,000 micro-units
+SPARE_GPUS = 400
+READS = {"list": 25, "show": 25, "balance": 10, "ledger": 10, "ssh-keys": 10}
+WRITES = {"create": 5, "stop": 5, "start": 5, "delete": 5}
+SERVER_ENV = {
+    "GPUDOCK_RUNTIME": "fake",
+    "GPUDOCK_RATE_LIMITS_ENABLED": "false",
+    "GPUDOCK_SSH_ENABLED": "false",
+    "GPUDOCK_HEALTH_CHECK_INTERVAL_S": "3600",
+    "GPUDOCK_RECONCILE_INTERVAL_S": "2",
+}
+
+
+@dataclass
+class Tally:
+    latencies_ms: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    client_errors: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
+    server_errors: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
+    failures: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, op: str, elapsed_ms: float, status: int) -> None:
+        with self.lock:
+            self.latencies_ms[op].append(elapsed_ms)
+            if 400 <= status < 500:
+                self.client_errors[op] += 1
+            elif status >= 500:
+                self.server_errors[op] += 1
+
+
+def fleet_spec(running: int) -> str:
+    return f"{(running + SPARE_GPUS) // 8 + 1}x8x{MODEL}"
+
+
+def seed(platform: Platform, user_count: int, instance_count: int, running: int) -> list[str]:
+    """Users with tokens and money, then instances by bulk insert; returns the tokens."""
+    ctx = platform.ctx
+    admin = next(u for u in users.list_users(ctx) if u.is_admin)
+    billing.set_price(ctx, admin, "gpu", MODEL, parse_amount(PRICE))
+    made = [users.create_user(ctx, f"user{n:03}") for n in range(user_count)]
+    for new in made:
+        billing.topup(ctx, admin, new.user.name, parse_amount("1000000"), None)
+    now = ctx.clock()
+    with ctx.sessions.begin() as session:
+        gpus = list(session.execute(select(GpuModel.id, GpuModel.host_id)).all())
+        for n in range(instance_count):
+            owner = made[n % user_count].user.id
+            gpu = gpus[n] if n < running else None
+            session.add(_instance_row(owner, n, gpu, now))
+            if gpu is not None:
+                session.flush()  # the allocation references the row
+                instance_id = f"i-load{n:06}"
+                session.add(
+                    GpuAllocationModel(gpu_id=gpu[0], instance_id=instance_id, allocated_at=now)
+                )
+                session.add(_interval_row(instance_id, owner, now))
+    return [new.token for new in made]
+
+
+def _instance_row(owner: str, n: int, gpu: tuple[str, str] | None, now: datetime) -> InstanceModel:
+    state = InstanceStatus.RUNNING if gpu else InstanceStatus.STOPPED
+    return InstanceModel(
+        id=f"i-load{n:06}",
+        name=f"job-{n}",
+        user_id=owner,
+        gpu_model=MODEL,
+        gpu_count=1,
+        image="gpudock/base:bookworm",
+        system_image="gpudock/base:bookworm",
+        env="{}",
+        cpu=1.0,
+        memory_gb=4,
+        disk_gb=50,
+        status=state,
+        status_reason=state.value,
+        desired_state=DesiredState.RUNNING if gpu else DesiredState.STOPPED,
+        placed=gpu is not None,
+        host_id=gpu[1] if gpu else None,
+        container_gpus=gpu[0] if gpu else "",
+        container_id=None,
+        created_at=now,
+        updated_at=now,
+        queued_at=now,
+    )
+
+
+def _interval_row(instance_id: str, owner: str, now: datetime) -> BillingIntervalModel:
+    micros = parse_amount(PRICE)
+    return BillingIntervalModel(
+        id="bi-" + secrets.token_hex(6),
+        instance_id=instance_id,
+        user_id=owner,
+        kind="compute",
+        opened_at=now,
+        gpu_model=MODEL,
+        gpu_count=1,
+        disk_gb=50,
+        unit_price_micro=micros,
+        rate_micro=micros,
+        rate_per_s=3600,
+        charged_seconds=0,
+        warned=False,
+    )
+
+
+class LoadClient:
+    """One user's session: reads of its own things, writes on what it created."""
+
+    def __init__(self, url: str, token: str, rng: random.Random, tally: Tally) -> None:
+        self.http = httpx.Client(
+            base_url=url + "/api/v1", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+        self.rng, self.tally = rng, tally
+        self.seeded = [i["id"] for i in self.http.get("/instances").json()]
+        self.created: list[str] = []
+        ops = {**READS, **WRITES}
+        self.ops, self.weights = list(ops), list(ops.values())
+
+    def run_until(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            op = self.rng.choices(self.ops, self.weights)[0]
+            try:
+                self.one(op)
+            except httpx.HTTPError as exc:
+                with self.tally.lock:
+                    self.tally.failures.append(f"{op}: {exc!r}")
+        self.http.close()
+
+    def one(self, op: str) -> None:
+        mine = self.created or self.seeded
+        target = self.rng.choice(mine)
+        method, path, body = {
+            "list": ("GET", "/instances", None),
+            "show": ("GET", f"/instances/{self.rng.choice(self.seeded)}", None),
+            "balance": ("GET", "/billing/balance", None),
+            "ledger": ("GET", "/billing/ledger", None),
+            "ssh-keys": ("GET", "/ssh-keys", None),
+            "create": ("POST", "/instances", {"gpu_model": MODEL, "gpu_count": 1}),
+            "stop": ("POST", f"/instances/{target}/stop", None),
+            "start": ("POST", f"/instances/{target}/start", None),
+            "delete": ("DELETE", f"/instances/{target}", None),
+        }[op]
+        if op == "delete" and not self.created:
+            method, path = "GET", "/instances"  # nothing of its own to delete yet: a read
+            op = "list"
+        began = time.perf_counter()
+        response = self.http.request(method, path, json=body)
+        self.tally.record(op, (time.perf_counter() - began) * 1000, response.status_code)
+        if op == "create" and response.status_code == 201:
+            self.created.append(response.json()["id"])
+        elif op == "delete" and response.is_success:
+            self.created.remove(target)
+
+
+def run_load(url: str, tokens: list[str], clients: int, duration_s: float) -> Tally:
+    tally = Tally()
+    rng = random.Random(7)
+    chosen = rng.sample(tokens, min(clients, len(tokens)))
+    workers = [LoadClient(url, t, random.Random(n), tally) for n, t in enumerate(chosen)]
+    deadline = time.monotonic() + duration_s
+    threads = [threading.Thread(target=w.run_until, args=(deadline,)) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return tally
+
+
+def time_passes(platform: Platform) -> dict[str, float]:
+    """Each pass of a tick over the seeded database, in ms (liveness left out:
+    this process's fake runtime has none of the server's containers). The clock
+    is two charging periods ahead, so every running instance has a charge due."""
+    ahead = timedelta(seconds=2 * platform.ctx.settings.billing_charge_period_s)
+    ctx = replace(platform.ctx, clock=lambda: utc_now() + ahead)
+    passes = {
+        "moves off failed GPUs": lambda: gpu_health.converge(ctx),
+        "placement": lambda: placement.place_waiting(ctx),
+        "lifecycle scan": lambda: lifecycle.active_instance_ids(ctx.reader()),
+        "charging": lambda: charging.charge_pass(ctx),
+    }
+    timed = {}
+    for name, run in passes.items():
+        began = time.perf_counter()
+        run()
+        timed[name] = (time.perf_counter() - began) * 1000
+    return timed
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def report(tally: Tally, duration_s: float, passes: dict[str, float]) -> None:
+    total = sum(len(v) for v in tally.latencies_ms.values())
+    print(f"{total} requests in {duration_s:.0f} s ({total / duration_s:.0f}/s)")
+    print(f"{'endpoint':10} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'4xx':>5} {'5xx':>5}")
+    for op in [*READS, *WRITES]:
+        values = tally.latencies_ms.get(op, [])
+        if not values:
+            continue
+        print(
+            f"{op:10} {len(values):6} {statistics.median(values):8.1f} "
+            f"{percentile(values, 0.99):8.1f} {tally.client_errors[op]:5} "
+            f"{tally.server_errors[op]:5}"
+        )
+    if tally.failures:
+        print(f"transport errors: {len(tally.failures)}, first: {tally.failures[0]}")
+    print("reconciler passes over the same database (ms):")
+    for name, ms in passes.items():
+        print(f"  {name:24} {ms:8.0f}")
+    print(f"  {'sum':24} {sum(passes.values()):8.0f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--instances", type=int, default=10_000)
+    parser.add_argument("--users", type=int, default=500)
+    parser.add_argument("--running", type=int, default=2_000)
+    parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
+    args = parser.parse_args(argv)
+    logging.getLogger("gpudock").setLevel(logging.WARNING)
+    fleet = fleet_spec(args.running)
+    with tempfile.TemporaryDirectory(prefix="gpudock-load-") as tmp:
+        server = ServerProcess(
+            Path(tmp) / "server", fleet, database_url=args.database_url, env=dict(SERVER_ENV)
+        )
+        server.healthy_timeout_s = 300
+        server.start()
+        url = args.database_url or f"sqlite:///{server.data_dir / 'gpudock.db'}"
+        settings = Settings(
+            data_dir=Path(tmp) / "seeder", database_url=url, simulate=fleet, runtime="fake"
+        )
+        platform = open_platform(settings, runtime=FakeRuntime())
+        try:
+            began = time.perf_counter()
+            tokens = seed(platform, args.users, args.instances, args.running)
+            print(
+                f"seeded {args.instances} instances of {args.users} users in "
+                f"{time.perf_counter() - began:.0f} s; load average {os.getloadavg()[0]:.2f}"
+            )
+            tally = run_load(server.url, tokens, args.clients, args.duration)
+            print(f"load average after: {os.getloadavg()[0]:.2f}")
+            server.kill()  # the passes timed alone, not racing the server's own
+            passes = time_passes(platform)
+        finally:
+            platform.close()
+            server.kill()
+    report(tally, args.duration, passes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
