@@ -47,7 +47,7 @@ from gpudock.db.models import (
     BillingIntervalModel,
     DesiredState,
     GpuAllocationModel,
-    GpuModel,
+    GpuDeviceModel,
     InstanceModel,
     InstanceStatus,
 )
@@ -104,7 +104,7 @@ def seed(platform: Platform, user_count: int, instance_count: int, running: int)
         billing.topup(ctx, admin, new.user.name, parse_amount("1000000"), None)
     now = ctx.clock()
     with ctx.sessions.begin() as session:
-        gpus = list(session.execute(select(GpuModel.id, GpuModel.host_id)).all())
+        gpus = list(session.execute(select(GpuDeviceModel.id, GpuDeviceModel.host_id)).all())
         for n in range(instance_count):
             owner = made[n % user_count].user.id
             gpu = gpus[n] if n < running else None

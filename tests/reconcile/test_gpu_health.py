@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from gpudock.db.models import GpuFaultModel, GpuModel, GpuState, InstanceStatus
+from gpudock.db.models import GpuDeviceModel, GpuFaultModel, GpuState, InstanceStatus
 from gpudock.errors import RuntimeUnavailable
 from gpudock.gpu.nvml import NvmlGpuSource
 from gpudock.platform import Platform, open_platform
@@ -70,7 +70,7 @@ def test_an_xid_event_from_nvml_moves_the_tenant(tmp_path: Path) -> None:
         with ctx.sessions() as session:
             fault = session.scalars(select(GpuFaultModel)).one()
             assert (fault.gpu_id, fault.xid, fault.source) == (before, 119, "nvml")
-            bad = session.get(GpuModel, before)
+            bad = session.get(GpuDeviceModel, before)
             assert bad is not None and bad.state == GpuState.UNHEALTHY
     finally:
         platform.close()
@@ -101,7 +101,7 @@ def test_an_unreachable_runtime_marks_its_hosts_lost_until_it_answers(tmp_path: 
         health.health_pass(ctx, watch)  # first failure: the clock starts
         health.health_pass(ctx, watch)  # past host_lost_after_s
         with ctx.sessions() as session:
-            states = {g.state for g in session.scalars(select(GpuModel))}
+            states = {g.state for g in session.scalars(select(GpuDeviceModel))}
             kinds = {f.kind for f in session.scalars(select(GpuFaultModel))}
         assert states == {GpuState.UNHEALTHY} and kinds == {"host_lost"}
         health.health_pass(ctx, watch)  # still down: nothing recorded twice
@@ -111,7 +111,7 @@ def test_an_unreachable_runtime_marks_its_hosts_lost_until_it_answers(tmp_path: 
         runtime.down = False
         health.health_pass(ctx, watch)
         with ctx.sessions() as session:
-            assert {g.state for g in session.scalars(select(GpuModel))} == {GpuState.HEALTHY}
+            assert {g.state for g in session.scalars(select(GpuDeviceModel))} == {GpuState.HEALTHY}
             assert all(f.repaired_at for f in session.scalars(select(GpuFaultModel)))
     finally:
         platform.close()

@@ -12,8 +12,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
+    GpuDeviceModel,
     GpuFaultModel,
-    GpuModel,
     HostModel,
 )
 from gpudock.errors import GpudockError
@@ -57,12 +57,17 @@ def converge(ctx: ServiceContext) -> None:
     """Finish drains (no tenant left → unhealthy or repairing) and re-request
     moves off GPUs whose fault says 'move now' (a crash may have lost one)."""
     with ctx.reader() as session:  # the usual case, nothing draining, takes no write lock
-        if session.scalar(select(GpuModel.id).where(GpuModel.state == G.DRAINING)) is None:
+        if (
+            session.scalar(select(GpuDeviceModel.id).where(GpuDeviceModel.state == G.DRAINING))
+            is None
+        ):
             return
     now = ctx.clock()
     with ctx.sessions.begin() as session:
         draining = list(
-            session.scalars(select(GpuModel).where(GpuModel.state == G.DRAINING).with_for_update())
+            session.scalars(
+                select(GpuDeviceModel).where(GpuDeviceModel.state == G.DRAINING).with_for_update()
+            )
         )
         for gpu in draining:
             tenants = tenants_on(session, [gpu.id])
@@ -125,7 +130,7 @@ def _watch_runtime(ctx: ServiceContext, watch: HealthWatch) -> None:
 def _mark_hosts_lost(ctx: ServiceContext, why: str) -> None:
     now = ctx.clock()
     with ctx.sessions.begin() as session:
-        for gpu in session.scalars(select(GpuModel).join(HostModel).where(HostModel.present)):
+        for gpu in session.scalars(select(GpuDeviceModel).join(HostModel).where(HostModel.present)):
             if has_open_fault(session, gpu.id, "host_lost"):
                 continue
             message = f"host unreachable for {ctx.settings.host_lost_after_s:g} s: {why}"
@@ -157,7 +162,7 @@ def _restore_lost_hosts(ctx: ServiceContext) -> None:
         ).all()
         for fault in faults:
             fault.repaired_at = now
-            gpu = session.get(GpuModel, fault.gpu_id)
+            gpu = session.get(GpuDeviceModel, fault.gpu_id)
             if gpu is not None and gpu.state == G.UNHEALTHY and not _open_faults(session, gpu.id):
                 switch_gpu_state(session, gpu, G.HEALTHY, "host reachable again", now)
     log.warning("runtime reachable again: lost hosts restored")

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import (
     DesiredState,
     GpuAllocationModel,
-    GpuModel,
+    GpuDeviceModel,
     GpuShareModel,
     GpuState,
     HostModel,
@@ -140,7 +140,9 @@ def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> 
         raise RuntimeFailure(f"instance {instance.id} is placed on a host that does not exist")
     held = allocated_gpu_ids(session, instance.id)
     unfit = session.scalars(
-        select(GpuModel).where(GpuModel.id.in_(held), GpuModel.state != GpuState.HEALTHY)
+        select(GpuDeviceModel).where(
+            GpuDeviceModel.id.in_(held), GpuDeviceModel.state != GpuState.HEALTHY
+        )
     ).first()
     if unfit is not None:  # never start on a GPU that is not healthy
         _release_placement(session, instance)
@@ -148,7 +150,9 @@ def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> 
         switch_instance_status(session, instance, S.MIGRATING, reason, now)
         return None
     session.expunge(host)
-    memory = session.scalar(select(func.min(GpuModel.memory_mb)).where(GpuModel.id.in_(held)))
+    memory = session.scalar(
+        select(func.min(GpuDeviceModel.memory_mb)).where(GpuDeviceModel.id.in_(held))
+    )
     return _RunPlan(instance, host, held, int(memory or 0))
 
 

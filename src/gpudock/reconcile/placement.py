@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import (
     DesiredState,
     GpuAllocationModel,
-    GpuModel,
+    GpuDeviceModel,
     GpuShareModel,
     InstanceModel,
     InstanceStatus,
@@ -219,7 +219,7 @@ def _claim_share(session: Session, row: InstanceModel, gpu_id: str, now: datetim
     """Insert the share if the GPU still has room: checked under the GPU row's
     lock, so two shares can never add up to more than the card."""
     assert row.gpu_share_milli is not None
-    gpu = session.get(GpuModel, gpu_id, with_for_update=True, populate_existing=True)
+    gpu = session.get(GpuDeviceModel, gpu_id, with_for_update=True, populate_existing=True)
     whole = session.get(GpuAllocationModel, gpu_id)
     held = session.scalar(
         select(func.coalesce(func.sum(GpuShareModel.milli), 0)).where(
@@ -239,7 +239,11 @@ def _check_unshared(session: Session, gpu_ids: tuple[str, ...]) -> None:
     """Whole GPUs carry no shares (the GPU rows locked, as `_claim_share` locks them)."""
     if not gpu_ids:
         return
-    list(session.scalars(select(GpuModel).where(GpuModel.id.in_(gpu_ids)).with_for_update()))
+    list(
+        session.scalars(
+            select(GpuDeviceModel).where(GpuDeviceModel.id.in_(gpu_ids)).with_for_update()
+        )
+    )
     if session.scalar(select(GpuShareModel.gpu_id).where(GpuShareModel.gpu_id.in_(gpu_ids))):
         raise _ShareTaken(",".join(gpu_ids))
 

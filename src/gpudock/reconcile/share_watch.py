@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import select
 
-from gpudock.db.models import DesiredState, GpuModel, GpuShareModel, InstanceModel, InstanceStatus
+from gpudock.db.models import (
+    DesiredState,
+    GpuDeviceModel,
+    GpuShareModel,
+    InstanceModel,
+    InstanceStatus,
+)
 from gpudock.gpu.base import GpuDiscoveryError, GpuProcess
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import sizing
@@ -81,10 +87,10 @@ def _running_shares(ctx: ServiceContext) -> dict[str, _Share]:
                 InstanceModel.id,
                 InstanceModel.container_id,
                 InstanceModel.gpu_share_milli,
-                GpuModel.memory_mb,
+                GpuDeviceModel.memory_mb,
             )
             .join(GpuShareModel, GpuShareModel.instance_id == InstanceModel.id)
-            .join(GpuModel, GpuModel.id == GpuShareModel.gpu_id)
+            .join(GpuDeviceModel, GpuDeviceModel.id == GpuShareModel.gpu_id)
             .where(InstanceModel.status == InstanceStatus.RUNNING)
         ).all()
     return {

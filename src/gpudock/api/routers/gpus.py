@@ -4,7 +4,7 @@ from fastapi import APIRouter
 
 from gpudock.api.deps import AdminUser, Context, CurrentUser
 from gpudock.api.schemas import GpuModelPublic, GpuPublic, GpuSharePublic, HostPublic
-from gpudock.db.models import GpuModel, HostModel
+from gpudock.db.models import GpuDeviceModel, HostModel
 from gpudock.services.fleet import inventory
 
 router = APIRouter(tags=["gpus"])
@@ -16,7 +16,7 @@ def list_gpu_models(ctx: Context, _user: CurrentUser) -> list[GpuModelPublic]:
     return [GpuModelPublic.model_validate(s, from_attributes=True) for s in summary]
 
 
-def _gpu(gpu: GpuModel) -> GpuPublic:
+def _gpu(gpu: GpuDeviceModel) -> GpuPublic:
     return GpuPublic(
         uuid=gpu.id,
         index=gpu.index,

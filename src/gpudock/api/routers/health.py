@@ -13,14 +13,14 @@ from gpudock.api.health_schemas import (
     GpuStatePublic,
     ReliabilityPublic,
 )
-from gpudock.db.models import GpuModel
+from gpudock.db.models import GpuDeviceModel
 from gpudock.services.fleet import gpu_health as health
 from gpudock.services.fleet import reliability
 
 router = APIRouter(prefix="/admin", tags=["health"])
 
 
-def _state(gpu: GpuModel) -> GpuStatePublic:
+def _state(gpu: GpuDeviceModel) -> GpuStatePublic:
     return GpuStatePublic(uuid=gpu.id, state=gpu.state.value, state_reason=gpu.state_reason)
 
 

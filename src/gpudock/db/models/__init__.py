@@ -25,9 +25,9 @@ from gpudock.db.models.billing import (
 )
 from gpudock.db.models.fleet import (
     GpuAllocationModel,
+    GpuDeviceModel,
     GpuEventModel,
     GpuFaultModel,
-    GpuModel,
     GpuShareModel,
     GpuState,
     HostModel,
@@ -51,9 +51,9 @@ __all__ = [
     "BillingPriceModel",
     "DesiredState",
     "GpuAllocationModel",
+    "GpuDeviceModel",
     "GpuEventModel",
     "GpuFaultModel",
-    "GpuModel",
     "GpuShareModel",
     "GpuState",
     "HostModel",

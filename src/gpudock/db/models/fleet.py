@@ -41,10 +41,14 @@ class HostModel(Base):
     present: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
-    gpus: Mapped[list[GpuModel]] = relationship(back_populates="host", order_by="GpuModel.index")
+    gpus: Mapped[list[GpuDeviceModel]] = relationship(
+        back_populates="host", order_by="GpuDeviceModel.index"
+    )
 
 
-class GpuModel(Base):
+class GpuDeviceModel(Base):
+    """One GPU device on a host; its `model` column is the GPU type ("A100-80GB")."""
+
     __tablename__ = "gpus"
     id: Mapped[str] = mapped_column(String(64), primary_key=True, comment="the GPU's UUID")
     host_id: Mapped[str] = mapped_column(ForeignKey("hosts.id"), index=True)
@@ -141,7 +145,7 @@ class GpuAllocationModel(Base):
     instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
     allocated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
-    gpu: Mapped[GpuModel] = relationship(back_populates="allocation")
+    gpu: Mapped[GpuDeviceModel] = relationship(back_populates="allocation")
 
 
 class GpuShareModel(Base):

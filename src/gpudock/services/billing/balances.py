@@ -33,7 +33,7 @@ from gpudock.db.models import (
     BillingPostingModel,
     BillingPriceModel,
     DesiredState,
-    GpuModel,
+    GpuDeviceModel,
     InstanceModel,
     InstanceStatus,
     UserModel,
@@ -101,7 +101,7 @@ def set_price(
 
 
 def _check_model(session: Session, model: str) -> None:
-    known = sorted(set(session.scalars(select(GpuModel.model))))
+    known = sorted(set(session.scalars(select(GpuDeviceModel.model))))
     if model not in known:
         raise InvalidRequest(
             f"unknown GPU model {model!r}; this cluster has: {', '.join(known) or 'none'}",

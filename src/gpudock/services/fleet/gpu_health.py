@@ -24,9 +24,9 @@ from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
     GpuAllocationModel,
+    GpuDeviceModel,
     GpuEventModel,
     GpuFaultModel,
-    GpuModel,
     GpuShareModel,
     GpuState,
     InstanceModel,
@@ -51,9 +51,9 @@ DRAINING_ACTIONS = (Action.MIGRATE, Action.DRAIN_HOST)
 
 
 def switch_gpu_state(
-    session: Session, gpu: GpuModel, new: GpuState, reason: str, at: datetime
+    session: Session, gpu: GpuDeviceModel, new: GpuState, reason: str, at: datetime
 ) -> None:
-    """The only writer of `GpuModel.state`: validates and records an event."""
+    """The only writer of `GpuDeviceModel.state`: validates and records an event."""
     old = gpu.state
     if old == new:
         return
@@ -82,7 +82,7 @@ class FaultView:
     gpu_state: str
 
     @classmethod
-    def of(cls, fault: GpuFaultModel, gpu: GpuModel) -> FaultView:
+    def of(cls, fault: GpuFaultModel, gpu: GpuDeviceModel) -> FaultView:
         return cls(
             fault.id,
             fault.gpu_id,
@@ -116,7 +116,7 @@ def record_fault(
     such as pending row remapping are reported on every poll)."""
     at = at or ctx.clock()
     with ctx.sessions.begin() as session:
-        gpu = session.get(GpuModel, event.gpu_uuid, with_for_update=True)
+        gpu = session.get(GpuDeviceModel, event.gpu_uuid, with_for_update=True)
         if gpu is None:
             log.warning("health event for unknown GPU %s: %s", event.gpu_uuid, event)
             return None
@@ -157,7 +157,7 @@ def has_open_fault(session: Session, gpu_id: str, kind: str) -> bool:
 
 
 def _apply(
-    session: Session, gpu: GpuModel, fault: GpuFaultModel, action: Action, at: datetime
+    session: Session, gpu: GpuDeviceModel, fault: GpuFaultModel, action: Action, at: datetime
 ) -> None:
     where = f"GPU {gpu.index} of host {gpu.host.name}"
     if action == Action.NOTIFY:
@@ -172,7 +172,9 @@ def _apply(
         return
     gpus = [gpu]
     if action == Action.DRAIN_HOST:
-        gpus = list(session.scalars(select(GpuModel).where(GpuModel.host_id == gpu.host_id)))
+        gpus = list(
+            session.scalars(select(GpuDeviceModel).where(GpuDeviceModel.host_id == gpu.host_id))
+        )
     for member in gpus:
         if member.state in (G.HEALTHY, G.REPAIRING):
             switch_gpu_state(session, member, G.DRAINING, f"fault #{fault.id}: {fault.message}", at)
@@ -214,8 +216,8 @@ def _require_admin(actor: UserModel) -> None:
         raise Forbidden("only an admin can change GPU health")
 
 
-def _gpu_or_404(session: Session, gpu_uuid: str) -> GpuModel:
-    gpu = session.get(GpuModel, gpu_uuid, with_for_update=True)
+def _gpu_or_404(session: Session, gpu_uuid: str) -> GpuDeviceModel:
+    gpu = session.get(GpuDeviceModel, gpu_uuid, with_for_update=True)
     if gpu is None:
         raise NotFound(f"no GPU {gpu_uuid!r}: `gpudock hosts` lists them with their UUIDs")
     return gpu
@@ -243,7 +245,7 @@ def inject_fault(
     return view
 
 
-def repair_gpu(ctx: ServiceContext, actor: UserModel, gpu_uuid: str) -> GpuModel:
+def repair_gpu(ctx: ServiceContext, actor: UserModel, gpu_uuid: str) -> GpuDeviceModel:
     """Back into service: open faults closed, state healthy. Refused while
     tenants are still being moved off it."""
     _require_admin(actor)
@@ -268,7 +270,7 @@ def repair_gpu(ctx: ServiceContext, actor: UserModel, gpu_uuid: str) -> GpuModel
     return gpu
 
 
-def drain_gpu(ctx: ServiceContext, actor: UserModel, gpu_uuid: str) -> GpuModel:
+def drain_gpu(ctx: ServiceContext, actor: UserModel, gpu_uuid: str) -> GpuDeviceModel:
     """Maintenance: no new tenants, current ones moved now; 'repairing' once empty."""
     _require_admin(actor)
     now = ctx.clock()
@@ -288,8 +290,8 @@ def list_faults(ctx: ServiceContext, actor: UserModel, limit: int = 200) -> list
     _require_admin(actor)
     with ctx.reader() as session:
         rows = session.execute(
-            select(GpuFaultModel, GpuModel)
-            .join(GpuModel, GpuModel.id == GpuFaultModel.gpu_id)
+            select(GpuFaultModel, GpuDeviceModel)
+            .join(GpuDeviceModel, GpuDeviceModel.id == GpuFaultModel.gpu_id)
             .order_by(GpuFaultModel.id.desc())
             .limit(limit)
         ).all()

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, selectinload
 from gpudock.billing.money import format_amount
 from gpudock.db.models import (
     GpuAllocationModel,
-    GpuModel,
+    GpuDeviceModel,
     GpuShareModel,
     GpuState,
     HostModel,
@@ -48,7 +48,7 @@ def sync_inventory(ctx: ServiceContext, hosts: list[HostInfo]) -> None:
             host.simulated, host.present = info.simulated, True
             for gpu_info in info.gpus:
                 seen_gpus.add(gpu_info.uuid)
-                gpu = session.get(GpuModel, gpu_info.uuid) or GpuModel(id=gpu_info.uuid)
+                gpu = session.get(GpuDeviceModel, gpu_info.uuid) or GpuDeviceModel(id=gpu_info.uuid)
                 gpu.host_id, gpu.index, gpu.model = host.id, gpu_info.index, gpu_info.model
                 gpu.memory_mb, gpu.pci_bus_id = gpu_info.memory_mb, gpu_info.pci_bus_id
                 gpu.numa_node, gpu.nvlink_peers = (
@@ -61,7 +61,7 @@ def sync_inventory(ctx: ServiceContext, hosts: list[HostInfo]) -> None:
         seen_hosts = {h.name for h in hosts}
         for name, host in known.items():
             host.present = name in seen_hosts
-        for gpu in session.scalars(select(GpuModel)):
+        for gpu in session.scalars(select(GpuDeviceModel)):
             gpu.present = gpu.id in seen_gpus
 
 
@@ -98,13 +98,13 @@ class ModelSummary:
 def gpu_summary(ctx: ServiceContext) -> list[ModelSummary]:
     with ctx.sessions() as session:
         gpus = session.scalars(
-            select(GpuModel)
+            select(GpuDeviceModel)
             .join(HostModel)
-            .where(GpuModel.present.is_(True), HostModel.present.is_(True))
-            .options(selectinload(GpuModel.allocation), selectinload(GpuModel.shares))
+            .where(GpuDeviceModel.present.is_(True), HostModel.present.is_(True))
+            .options(selectinload(GpuDeviceModel.allocation), selectinload(GpuDeviceModel.shares))
         ).all()
         prices = metering.gpu_prices(session)
-    per_model: dict[str, list[GpuModel]] = defaultdict(list)
+    per_model: dict[str, list[GpuDeviceModel]] = defaultdict(list)
     for gpu in gpus:
         per_model[gpu.model].append(gpu)
     summaries = []
@@ -128,12 +128,12 @@ def gpu_summary(ctx: ServiceContext) -> list[ModelSummary]:
     return summaries
 
 
-def _is_free(gpu: GpuModel) -> bool:
+def _is_free(gpu: GpuDeviceModel) -> bool:
     """Free to be allocated whole: healthy, held neither whole nor in shares."""
     return gpu.allocation is None and not gpu.shares and gpu.state == GpuState.HEALTHY
 
 
-def share_free(gpu: GpuModel) -> int:
+def share_free(gpu: GpuDeviceModel) -> int:
     """Milli-GPU a new share may take on this GPU now."""
     if gpu.allocation is not None or gpu.state != GpuState.HEALTHY or not gpu.present:
         return 0
@@ -146,8 +146,8 @@ def list_hosts(ctx: ServiceContext) -> list[HostModel]:
             session.scalars(
                 select(HostModel)
                 .options(
-                    selectinload(HostModel.gpus).selectinload(GpuModel.allocation),
-                    selectinload(HostModel.gpus).selectinload(GpuModel.shares),
+                    selectinload(HostModel.gpus).selectinload(GpuDeviceModel.allocation),
+                    selectinload(HostModel.gpus).selectinload(GpuDeviceModel.shares),
                 )
                 .order_by(HostModel.name)
             )
@@ -186,11 +186,18 @@ def capacity_snapshot(session: Session) -> list[HostCapacity]:
         .all()
     )
     gpus: defaultdict[str, list[tuple[GpuSlot, bool, int]]] = defaultdict(list)
-    columns = (GpuModel.host_id, GpuModel.id, GpuModel.model, GpuModel.index)
+    columns = (
+        GpuDeviceModel.host_id,
+        GpuDeviceModel.id,
+        GpuDeviceModel.model,
+        GpuDeviceModel.index,
+    )
     rows = session.execute(
-        select(*columns, GpuModel.numa_node, GpuModel.nvlink_peers, GpuModel.state)
-        .where(GpuModel.present.is_(True))
-        .order_by(GpuModel.host_id, GpuModel.index)
+        select(
+            *columns, GpuDeviceModel.numa_node, GpuDeviceModel.nvlink_peers, GpuDeviceModel.state
+        )
+        .where(GpuDeviceModel.present.is_(True))
+        .order_by(GpuDeviceModel.host_id, GpuDeviceModel.index)
     ).tuples()
     for host_id, gpu_id, model, index, numa_node, nvlink_peers, state in rows:
         peers = frozenset(p for p in nvlink_peers.split(",") if p)

@@ -11,9 +11,9 @@ from typing import TypeVar
 from sqlalchemy import select
 
 from gpudock.db.models import (
+    GpuDeviceModel,
     GpuEventModel,
     GpuFaultModel,
-    GpuModel,
     GpuState,
     HostModel,
     MigrationModel,
@@ -35,9 +35,9 @@ def report(ctx: ServiceContext, actor: UserModel) -> ReliabilityReport:
     now = ctx.clock()
     with ctx.reader() as session:
         gpus = session.execute(
-            select(GpuModel, HostModel.name)
+            select(GpuDeviceModel, HostModel.name)
             .join(HostModel)
-            .order_by(HostModel.name, GpuModel.index)
+            .order_by(HostModel.name, GpuDeviceModel.index)
         ).all()
         events = _by_gpu(session.scalars(select(GpuEventModel).order_by(GpuEventModel.id)))
         faults = _by_gpu(session.scalars(select(GpuFaultModel)))
@@ -64,7 +64,7 @@ def _by_gpu(rows: Iterable[_Row]) -> defaultdict[str, list[_Row]]:
 
 
 def _gpu_reliability(
-    gpu: GpuModel,
+    gpu: GpuDeviceModel,
     host: str,
     events: list[GpuEventModel],
     faults: list[GpuFaultModel],
@@ -93,7 +93,7 @@ def _gpu_reliability(
     )
 
 
-def _service_hours(gpu: GpuModel, events: list[GpuEventModel], now: datetime) -> float:
+def _service_hours(gpu: GpuDeviceModel, events: list[GpuEventModel], now: datetime) -> float:
     """Time since first seen, less the time spent unhealthy or repairing."""
     start = gpu.first_seen_at or now
     seconds, state, since = 0.0, GpuState.HEALTHY.value, start

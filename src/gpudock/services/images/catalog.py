@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
-    GpuModel,
+    GpuDeviceModel,
     HostModel,
     ImageModel,
     InstanceModel,
@@ -128,9 +128,9 @@ class Target:
 
 def targets(session: Session) -> list[Target]:
     rows = session.execute(
-        select(GpuModel.model, HostModel.id, HostModel.driver_version)
-        .join(HostModel, HostModel.id == GpuModel.host_id)
-        .where(GpuModel.present.is_(True), HostModel.present.is_(True))
+        select(GpuDeviceModel.model, HostModel.id, HostModel.driver_version)
+        .join(HostModel, HostModel.id == GpuDeviceModel.host_id)
+        .where(GpuDeviceModel.present.is_(True), HostModel.present.is_(True))
         .distinct()
     ).all()
     drivers: dict[str, dict[str, str]] = {}

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import (
     DesiredState,
     GpuAllocationModel,
-    GpuModel,
+    GpuDeviceModel,
     GpuShareModel,
     HostModel,
     InstanceEventModel,
@@ -215,8 +215,8 @@ def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceV
     with ctx.reader() as session:
         card_mb = dict(
             session.execute(
-                select(GpuShareModel.instance_id, GpuModel.memory_mb)
-                .join(GpuModel, GpuModel.id == GpuShareModel.gpu_id)
+                select(GpuShareModel.instance_id, GpuDeviceModel.memory_mb)
+                .join(GpuDeviceModel, GpuDeviceModel.id == GpuShareModel.gpu_id)
                 .where(GpuShareModel.instance_id.in_(ids))
             ).all()
         )

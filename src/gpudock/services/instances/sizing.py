@@ -11,7 +11,7 @@ from typing import Protocol
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpudock.db.models import GpuModel, HostModel
+from gpudock.db.models import GpuDeviceModel, HostModel
 from gpudock.errors import InvalidRequest
 from gpudock.services.context import ServiceContext
 from gpudock.settings import Settings
@@ -78,8 +78,8 @@ class _HostShape:
 
 def _shapes(session: Session, model: str | None) -> list[_HostShape]:
     rows = session.execute(
-        select(HostModel.id, HostModel.cpus, HostModel.memory_gb, GpuModel.model)
-        .join(GpuModel, GpuModel.host_id == HostModel.id, isouter=True)
+        select(HostModel.id, HostModel.cpus, HostModel.memory_gb, GpuDeviceModel.model)
+        .join(GpuDeviceModel, GpuDeviceModel.host_id == HostModel.id, isouter=True)
         .where(HostModel.present.is_(True))
     ).all()
     hosts: dict[str, _HostShape] = {}
@@ -92,7 +92,9 @@ def _shapes(session: Session, model: str | None) -> list[_HostShape]:
 
 
 def known_models(session: Session) -> list[str]:
-    return sorted(set(session.scalars(select(GpuModel.model).where(GpuModel.present.is_(True)))))
+    return sorted(
+        set(session.scalars(select(GpuDeviceModel.model).where(GpuDeviceModel.present.is_(True))))
+    )
 
 
 def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> Size:
@@ -226,7 +228,9 @@ def _fraction_milli(share: Decimal) -> int:
 
 
 def _card_memory_mb(session: Session, model: str) -> int:
-    found = session.scalar(select(func.min(GpuModel.memory_mb)).where(GpuModel.model == model))
+    found = session.scalar(
+        select(func.min(GpuDeviceModel.memory_mb)).where(GpuDeviceModel.model == model)
+    )
     return int(found or 1)
 
 
