@@ -223,3 +223,18 @@ def test_the_balance_shows_its_runway_and_an_empty_chart_no_scale(
     priced.reconciler.drain()
     runway = alice.client.get("/billing").text.split('id="runway">')[1].split("</span>")[0]
     assert runway == "lasts about 10 h 00 min at this rate"  # 36 at 3.6 an hour
+
+
+def test_the_operator_sees_every_wallet_and_the_latest_topups(priced: Platform) -> None:
+    admin, alice = log_in(priced, users.ADMIN_NAME), log_in(priced, "alice")
+    topup = {"user": "alice", "amount": "12.345678", "key": topup_key(admin), "note": "grant"}
+    assert admin.post("/admin/billing/topups", topup).status_code == 201
+    page = admin.client.get("/admin/billing").text
+    wallets = page.split('id="wallets"')[1].split("</table>")[0]
+    alice_row = wallets.split('data-wallet="alice"')[1].split("</tr>")[0]
+    assert 'title="12.345678"' in alice_row and ">12.35<" in alice_row
+    bob_row = wallets.split('data-wallet="bob"')[1].split("</tr>")[0]
+    assert ">0.00<" in bob_row  # never topped up
+    topups = page.split('id="topups"')[1].split("</table>")[0]
+    assert "alice" in topups and ">12.35<" in topups and "grant" in topups
+    assert alice.client.get("/admin/billing").status_code == 403

@@ -12,6 +12,7 @@ from gpudock.errors import Conflict, InvalidRequest
 from gpudock.services.accounts import users
 from gpudock.services.accounts.logins import WebSession
 from gpudock.services.billing import balances as billing
+from gpudock.services.billing import operator
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import inventory
 from gpudock.web.deps import AdminCsrfViewer, AdminViewer, ConsoleRoute, Context, render
@@ -43,6 +44,8 @@ def _page(
         kinds=billing.PRICE_KINDS,
         models=[m.model for m in inventory.gpu_summary(ctx)],
         users=users.list_users(ctx),
+        wallets=operator.wallets(ctx, viewer.user),
+        topups=operator.recent_topups(ctx, viewer.user),
         money=format_amount,
         currency=ctx.settings.currency,
         topup_key=secrets.token_urlsafe(16),  # one key per rendered form: no double credit
