@@ -19,7 +19,12 @@ from gpudock.runtime.base import Runtime
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.settings import Settings
-from tests.support.docker import docker_client, remove_cluster_objects, remove_images_tagged
+from tests.support.docker import (
+    docker_client,
+    remove_cluster_objects,
+    remove_images_tagged,
+    unmount_everything_under,
+)
 from tests.support.factories import Tenant, make_tenant
 from tests.support.platforms import FLEET, POSTGRES_ENV, PlatformFactory, postgres_admin_url  # noqa: F401
 
@@ -92,7 +97,7 @@ def engine() -> docker.DockerClient:
 
 @pytest.fixture
 def docker_platform_factory(
-    platform_factory: PlatformFactory, engine: docker.DockerClient
+    platform_factory: PlatformFactory, engine: docker.DockerClient, tmp_path: Path
 ) -> Iterator[PlatformFactory]:
     """Platforms on the real Docker Engine (a `DockerRuntime` unless one is
     given); every container, volume and network of theirs is removed after,
@@ -114,6 +119,7 @@ def docker_platform_factory(
     yield make
     for platform in made:
         remove_cluster_objects(engine, platform.ctx.cluster_id)
+    unmount_everything_under(tmp_path)
     remove_images_tagged(engine, tuple(prefixes))
 
 

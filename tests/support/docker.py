@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import socket
+import subprocess
 import tempfile
 import threading
 from collections import Counter
@@ -129,6 +130,17 @@ def remove_cluster_objects(client: docker.DockerClient, cluster_id: str) -> None
             LoopVolumes(Path(device).parent.parent).remove(volume.name)
     for network in client.networks.list(filters={"label": label}):
         network.remove()
+
+
+def unmount_everything_under(root: Path) -> None:
+    """Unmount what is still mounted below `root`, deepest first: a loop volume a
+    killed server mounted before the engine knew the volume (or after it forgot
+    it) has no engine object for `remove_cluster_objects` to find, and would keep
+    its loop device after the test."""
+    prefix = f"{root.resolve()}/"
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for target in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", target], check=False, capture_output=True)
 
 
 def remove_images_tagged(client: docker.DockerClient, prefixes: tuple[str, ...]) -> None:
