@@ -20,6 +20,7 @@ from gpudock.services.accounts import users
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances.actions import InstanceRequest
 from gpudock.services.ssh import sessions as ssh_sessions
+from gpudock.sshgw.commands import login_shell
 from gpudock.web.terminals import CLOSE_REPLACED, LOGIN_SHELL
 from tests.support.platforms import PlatformFactory
 from tests.support.sshgw import wait_for
@@ -167,6 +168,4 @@ def test_a_shell_nobody_reconnects_to_is_hung_up_after_the_grace_period(
 
 
 def test_the_terminal_runs_the_gateways_login_shell() -> None:
-    from gpudock.sshgw.commands import login_shell
-
     assert login_shell() == LOGIN_SHELL
