@@ -222,6 +222,18 @@ class Settings(BaseSettings):
         default="60/minute",
         description="SSH public-key authentication attempts per key fingerprint.",
     )
+    rate_limit_terminal_address: str = Field(
+        default="30/minute;600/hour",
+        description="Console terminal WebSocket connections (new or reconnecting) per "
+        "client address.",
+    )
+    terminal_reattach_grace_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="A console terminal whose browser went away keeps its shell this long, "
+        "for the page to reconnect to it; then the shell gets SIGHUP.",
+    )
 
     # -- test-only: named points at which the server SIGKILLs itself -------
     crash_points: str = Field(
@@ -263,6 +275,7 @@ class Settings(BaseSettings):
         "rate_limit_login_address",
         "rate_limit_ssh_address",
         "rate_limit_ssh_key",
+        "rate_limit_terminal_address",
     )
     @classmethod
     def _rate_limit(cls, value: str) -> str:

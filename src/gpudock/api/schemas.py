@@ -386,7 +386,10 @@ class SshSessionPublic(BaseModel):
     login: str
     user_id: str | None
     client_address: str
-    key_fingerprint: str | None
+    key_fingerprint: str | None = Field(description="None for a browser terminal (origin web)")
+    origin: str = Field(
+        default="ssh", description="ssh (the gateway) or web (the console's browser terminal)"
+    )
     started_at: datetime
     ended_at: datetime | None
     bytes_in: int = Field(description="Client → instance")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
@@ -12,7 +15,9 @@ from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpudock.billing.money import format_amount, format_cents
+from gpudock.services.context import ServiceContext
 from gpudock.services.instances.usage import CpuMeter
+from gpudock.services.rate_limits import RateGate
 from gpudock.sizes import MIB, format_size
 from gpudock.web.deps import TEMPLATES, console_http_errors
 from gpudock.web.pages import (
@@ -24,8 +29,10 @@ from gpudock.web.pages import (
     images,
     instances,
     ssh_keys,
+    terminal,
     tokens,
 )
+from gpudock.web.terminals import TerminalHub
 
 STATIC_DIR = Path(__file__).parent / "static"
 
@@ -59,6 +66,33 @@ def _favicon() -> FileResponse:
     return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
 
 
+def _mount_terminals(app: FastAPI) -> None:
+    """The browser terminals' hub, started and stopped with the app (its shells are
+    hung up when the server stops)."""
+    ctx: ServiceContext = app.state.context
+    settings = ctx.settings
+    gate = None
+    if settings.rate_limits_enabled:
+        gate = RateGate(
+            "terminal connections from one address", settings.rate_limit_terminal_address
+        )
+    hub = TerminalHub(ctx, settings.terminal_reattach_grace_s, gate)
+    app.state.terminals = hub
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(running: FastAPI) -> AsyncIterator[Any]:
+        async with inner(running) as state:
+            await hub.start()
+            try:
+                yield state
+            finally:
+                await hub.stop()
+
+    app.router.lifespan_context = lifespan
+    app.include_router(terminal.router)
+
+
 def mount_console(app: FastAPI) -> None:
     """After the API's error handlers: the console wraps the one for HTTP errors."""
     TEMPLATES.env.filters["when"] = _when
@@ -83,3 +117,4 @@ def mount_console(app: FastAPI) -> None:
         health.router,
     ):
         app.include_router(router)
+    _mount_terminals(app)

@@ -407,6 +407,23 @@ ZH_CN: dict[str, str] = {
     "Free for shares": "可分份额",
     "Largest share": "最大份额",
     "{free} of the card free for shares": "该卡还有 {free} 可分",
+    # --- web terminal ---
+    "Terminal": "终端",
+    "Open terminal": "打开终端",
+    "Close terminal": "关闭终端",
+    "Connecting…": "正在连接…",
+    "Connected": "已连接",
+    "Connection lost: reconnecting…": "连接已断开：正在重连…",
+    "Closed": "已关闭",
+    "A new shell: the previous one has ended": "新的 shell：之前的已结束",
+    "This shell was opened in another tab or window": "此 shell 已在另一个标签页或窗口中打开",
+    "The shell exited with status {status}": "shell 已退出，状态码 {status}",
+    "A login shell in the instance, like SSH. If the connection drops, the page "
+    "reconnects to the same shell within {grace} s.": (
+        "实例中的登录 shell，与 SSH 相同。连接断开时，页面会在 {grace} 秒内重连到同一个 shell。"
+    ),
+    "browser terminal": "浏览器终端",
+    "console login": "控制台登录",
 }
 
 CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN}

@@ -40,7 +40,12 @@ from gpudock.db.models.instances import (
     InstanceModel,
     InstanceStatus,
 )
-from gpudock.db.models.ssh import SshKeyModel, SshSessionModel, SshSessionOutcome
+from gpudock.db.models.ssh import (
+    SshKeyModel,
+    SshSessionModel,
+    SshSessionOrigin,
+    SshSessionOutcome,
+)
 
 __all__ = [
     "ApiTokenModel",
@@ -65,6 +70,7 @@ __all__ = [
     "MigrationModel",
     "SshKeyModel",
     "SshSessionModel",
+    "SshSessionOrigin",
     "SshSessionOutcome",
     "UTCDateTime",
     "UserModel",

@@ -52,9 +52,18 @@ class SshSessionOutcome(enum.StrEnum):
     REFUSED = "refused"
 
 
+class SshSessionOrigin(enum.StrEnum):
+    """Where a session came in: the SSH gateway, or the console's browser terminal."""
+
+    SSH = "ssh"
+    WEB = "web"
+
+
 class SshSessionModel(Base):
     """The SSH audit trail: one row per authenticated connection (open, then
-    closed with its byte counts) and one per refused attempt, with the reason."""
+    closed with its byte counts) and one per refused attempt, with the reason.
+    A browser terminal's shell is a row too (`origin` web, no key): one row per
+    shell, however often its page reconnects to it."""
 
     __tablename__ = "ssh_sessions"
     __table_args__ = (Index("ix_ssh_sessions_instance_started", "instance_id", "started_at"),)
@@ -67,6 +76,9 @@ class SshSessionModel(Base):
     login: Mapped[str] = mapped_column(String(128), comment="the SSH user name as sent")
     client_address: Mapped[str] = mapped_column(String(64))
     key_fingerprint: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    origin: Mapped[SshSessionOrigin] = mapped_column(
+        enum_column(SshSessionOrigin), default=SshSessionOrigin.SSH, server_default="ssh"
+    )
     outcome: Mapped[SshSessionOutcome] = mapped_column(enum_column(SshSessionOutcome))
     reason: Mapped[str] = mapped_column(Text, default="")
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,5 +1,7 @@
 """What the SSH gateway asks of the platform: who may reach which instance, the
 container that backs an instance now, the exec streams into it, and the audit trail.
+The console's browser terminal uses the same exec streams and the same audit trail
+(its rows say `origin` web and name no key).
 
 Every function is synchronous and short; the gateway calls them from its
 thread pool, never on its event loop.
@@ -15,6 +17,7 @@ from gpudock.db.models import (
     InstanceModel,
     InstanceStatus,
     SshSessionModel,
+    SshSessionOrigin,
     SshSessionOutcome,
     UserModel,
     UserState,
@@ -73,6 +76,17 @@ class Attempt:
     fingerprint: str | None = None
     user_id: str | None = None
     instance_id: str | None = None
+    origin: SshSessionOrigin = SshSessionOrigin.SSH
+
+
+@dataclass(frozen=True)
+class WebTerminalGrant:
+    """A console viewer's terminal on an instance, decided once, when the socket opens."""
+
+    user_id: str
+    user_name: str
+    instance_id: str
+    instance_name: str
 
 
 # -- authorisation ------------------------------------------------------------------
@@ -130,6 +144,15 @@ def _resolve(ctx: ServiceContext, owner: UserModel, login: str) -> InstanceModel
             )
         ).first()
         return by_name or found
+
+
+def authorize_web_terminal(ctx: ServiceContext, user: UserModel, ref: str) -> WebTerminalGrant:
+    """The viewer's terminal on instance `ref` if they own it or are an admin;
+    another tenant's instance is NotFound, as on every page."""
+    instance = instances.get_instance(ctx, user, ref)
+    return WebTerminalGrant(
+        user_id=user.id, user_name=user.name, instance_id=instance.id, instance_name=instance.name
+    )
 
 
 # -- the container behind an instance, now ----------------------------------------------
@@ -199,6 +222,7 @@ def record_refusal(ctx: ServiceContext, attempt: Attempt, reason: str) -> None:
                 login=attempt.login[:MAX_LOGIN],
                 client_address=attempt.client_address[:64],
                 key_fingerprint=attempt.fingerprint,
+                origin=attempt.origin,
                 outcome=SshSessionOutcome.REFUSED,
                 reason=reason,
                 started_at=now,
@@ -231,6 +255,27 @@ def open_session(ctx: ServiceContext, grant: Grant, login: str, client_address: 
         return row.id
 
 
+def open_web_session(ctx: ServiceContext, grant: WebTerminalGrant, client_address: str) -> int:
+    """Audit a browser terminal's shell (one row however often its page reconnects)."""
+    row = SshSessionModel(
+        instance_id=grant.instance_id,
+        user_id=grant.user_id,
+        login=grant.instance_name[:MAX_LOGIN],
+        client_address=client_address[:64],
+        key_fingerprint=None,
+        origin=SshSessionOrigin.WEB,
+        outcome=SshSessionOutcome.OPEN,
+        reason="",
+        started_at=ctx.clock(),
+        bytes_in=0,
+        bytes_out=0,
+    )
+    with ctx.sessions.begin() as session:
+        session.add(row)
+        session.flush()
+        return row.id
+
+
 def close_session(
     ctx: ServiceContext, session_id: int, bytes_in: int, bytes_out: int, reason: str = ""
 ) -> None:
@@ -248,16 +293,20 @@ def close_session(
         )
 
 
-def close_abandoned_sessions(ctx: ServiceContext) -> int:
-    """Close rows a previous gateway left open (it was killed); return how many."""
+def close_abandoned_sessions(ctx: ServiceContext, origin: SshSessionOrigin | None = None) -> int:
+    """Close rows a previous gateway (or console, for `origin` web) left open: it
+    was killed. All origins when None. Return how many."""
+    open_rows = SshSessionModel.outcome == SshSessionOutcome.OPEN
+    condition = open_rows if origin is None else open_rows & (SshSessionModel.origin == origin)
+    what = "console" if origin == SshSessionOrigin.WEB else "gateway"
     with ctx.sessions.begin() as session:
         result = session.execute(
             update(SshSessionModel)
-            .where(SshSessionModel.outcome == SshSessionOutcome.OPEN)
+            .where(condition)
             .values(
                 outcome=SshSessionOutcome.CLOSED,
                 ended_at=ctx.clock(),
-                reason="the gateway stopped before the session ended; byte counts lost",
+                reason=f"the {what} stopped before the session ended; byte counts lost",
             )
         )
         return int(getattr(result, "rowcount", 0) or 0)

@@ -33,6 +33,7 @@ from gpudock.web.deps import (
     redirect,
     render,
 )
+from gpudock.web.pages import terminal
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
 ACTIONS = {
@@ -303,7 +304,9 @@ def instance_detail(request: Request, ctx: Context, viewer: Viewer, instance_id:
         "deleting",
         "deleted",
     )
-    return render(request, "instance.html", viewer, can_save_image=can_save, **values)
+    shell = terminal.page_values(ctx)
+    page = render(request, "instance.html", viewer, can_save_image=can_save, **values, **shell)
+    return terminal.allow_terminal_styles(page, shell)
 
 
 @router.get("/instances/{instance_id}/live")
