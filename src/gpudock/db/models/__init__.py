@@ -40,6 +40,7 @@ from gpudock.db.models.instances import (
     InstanceModel,
     InstanceStatus,
 )
+from gpudock.db.models.metrics import InstanceSampleModel
 from gpudock.db.models.ssh import SshKeyModel, SshSessionModel, SshSessionOutcome
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "ImageModel",
     "InstanceEventModel",
     "InstanceModel",
+    "InstanceSampleModel",
     "InstanceStatus",
     "MetaModel",
     "MigrationModel",
