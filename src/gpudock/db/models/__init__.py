@@ -40,6 +40,7 @@ from gpudock.db.models.instances import (
     InstanceModel,
     InstanceStatus,
 )
+from gpudock.db.models.metrics import InstanceSampleModel
 from gpudock.db.models.notifications import (
     AutoStopModel,
     DeliveryState,
@@ -74,6 +75,7 @@ __all__ = [
     "ImageModel",
     "InstanceEventModel",
     "InstanceModel",
+    "InstanceSampleModel",
     "InstanceStatus",
     "MetaModel",
     "MigrationModel",
