@@ -30,6 +30,15 @@ _EMAIL = re.compile(r"^[^@\s]{1,64}@[A-Za-z0-9.-]{1,253}$")
 E = NotificationEndpointModel
 
 
+class NoEmail(NotFound):
+    code = "no_email"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "no email address for notifications: set one with `gpudock notifications email ADDRESS`"
+        )
+
+
 @dataclass(frozen=True)
 class NewWebhook:
     endpoint: NotificationEndpointModel
