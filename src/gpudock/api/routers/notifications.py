@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query
 
 from gpudock.api.deps import Context, CurrentUser
 from gpudock.api.errors import error_responses
@@ -49,6 +49,10 @@ def _kinds(row: NotificationEndpointModel) -> list[str]:
 
 def _webhook(row: NotificationEndpointModel) -> WebhookPublic:
     return WebhookPublic(id=row.id, url=row.target, kinds=_kinds(row), created_at=row.created_at)
+
+
+def _email(row: NotificationEndpointModel) -> EmailPublic:
+    return EmailPublic(address=row.target, kinds=_kinds(row), created_at=row.created_at)
 
 
 def _delivery(view: DeliveryView) -> DeliveryPublic:
@@ -95,20 +99,19 @@ def show_email(ctx: Context, user: CurrentUser) -> EmailPublic:
     row = endpoints.email_endpoint(ctx, user)
     if row is None:
         raise endpoints.NoEmail()
-    return EmailPublic(address=row.target, kinds=_kinds(row), created_at=row.created_at)
+    return _email(row)
 
 
 @router.put("/notifications/email", response_model=EmailPublic, responses=error_responses(409))
 def set_email(ctx: Context, user: CurrentUser, body: EmailSetRequest) -> EmailPublic:
     """Send notifications to this address too (one per user; it replaces the last)."""
-    row = endpoints.set_email(ctx, user, body.address, body.kinds)
-    return EmailPublic(address=row.target, kinds=_kinds(row), created_at=row.created_at)
+    return _email(endpoints.set_email(ctx, user, body.address, body.kinds))
 
 
-@router.delete("/notifications/email", status_code=204)
-def clear_email(ctx: Context, user: CurrentUser) -> Response:
-    endpoints.clear_email(ctx, user)
-    return Response(status_code=204)
+@router.delete("/notifications/email", response_model=EmailPublic, responses=NOT_FOUND)
+def clear_email(ctx: Context, user: CurrentUser) -> EmailPublic:
+    """Stop emailing; the answer is the address that was removed."""
+    return _email(endpoints.clear_email(ctx, user))
 
 
 @router.post(
@@ -129,11 +132,10 @@ def list_webhooks(ctx: Context, user: CurrentUser) -> list[WebhookPublic]:
     return [_webhook(w) for w in endpoints.list_webhooks(ctx, user)]
 
 
-@router.delete("/webhooks/{webhook_id}", status_code=204, responses=NOT_FOUND)
-def remove_webhook(ctx: Context, user: CurrentUser, webhook_id: str) -> Response:
+@router.delete("/webhooks/{webhook_id}", response_model=WebhookPublic, responses=NOT_FOUND)
+def remove_webhook(ctx: Context, user: CurrentUser, webhook_id: str) -> WebhookPublic:
     """Deliveries still pending to it fail; its log stays."""
-    endpoints.remove_webhook(ctx, user, webhook_id)
-    return Response(status_code=204)
+    return _webhook(endpoints.remove_webhook(ctx, user, webhook_id))
 
 
 @router.get(
@@ -164,7 +166,7 @@ def list_watches(ctx: Context, user: CurrentUser) -> list[GpuWatchPublic]:
     return [GpuWatchPublic.model_validate(w, from_attributes=True) for w in found]
 
 
-@router.delete("/gpu-watches/{watch_id}", status_code=204, responses=NOT_FOUND)
-def remove_watch(ctx: Context, user: CurrentUser, watch_id: str) -> Response:
-    gpu_watches.remove_watch(ctx, user, watch_id)
-    return Response(status_code=204)
+@router.delete("/gpu-watches/{watch_id}", response_model=GpuWatchPublic, responses=NOT_FOUND)
+def remove_watch(ctx: Context, user: CurrentUser, watch_id: str) -> GpuWatchPublic:
+    watch = gpu_watches.remove_watch(ctx, user, watch_id)
+    return GpuWatchPublic.model_validate(watch, from_attributes=True)

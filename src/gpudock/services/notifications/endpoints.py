@@ -115,7 +115,9 @@ def list_webhooks(ctx: ServiceContext, user: UserModel) -> list[NotificationEndp
         return _live(session, user.id, EndpointKind.WEBHOOK)
 
 
-def remove_webhook(ctx: ServiceContext, user: UserModel, endpoint_id: str) -> None:
+def remove_webhook(
+    ctx: ServiceContext, user: UserModel, endpoint_id: str
+) -> NotificationEndpointModel:
     """Pending deliveries to it fail ('the endpoint was removed'); the log stays."""
     with ctx.sessions.begin() as session:
         endpoint = session.scalars(
@@ -131,6 +133,7 @@ def remove_webhook(ctx: ServiceContext, user: UserModel, endpoint_id: str) -> No
         if endpoint is None:
             raise NotFound(f"no webhook {endpoint_id!r}: `gpudock webhooks list` shows yours")
         endpoint.removed_at = ctx.clock()
+    return endpoint
 
 
 def email_endpoint(ctx: ServiceContext, user: UserModel) -> NotificationEndpointModel | None:
@@ -168,10 +171,15 @@ def set_email(
     return endpoint
 
 
-def clear_email(ctx: ServiceContext, user: UserModel) -> None:
+def clear_email(ctx: ServiceContext, user: UserModel) -> NotificationEndpointModel:
+    """Stop emailing; NoEmail if no address was set."""
     with ctx.sessions.begin() as session:
-        for old in _live(session, user.id, EndpointKind.EMAIL):
+        found = _live(session, user.id, EndpointKind.EMAIL)
+        if not found:
+            raise NoEmail()
+        for old in found:
             old.removed_at = ctx.clock()
+        return found[0]
 
 
 def list_notifications(

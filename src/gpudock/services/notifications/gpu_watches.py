@@ -82,7 +82,7 @@ def list_watches(ctx: ServiceContext, user: UserModel) -> list[W]:
         )
 
 
-def remove_watch(ctx: ServiceContext, user: UserModel, watch_id: str) -> None:
+def remove_watch(ctx: ServiceContext, user: UserModel, watch_id: str) -> W:
     with ctx.sessions.begin() as session:
         watch = session.scalars(
             select(W).where(W.id == watch_id, W.user_id == user.id).with_for_update()
@@ -92,6 +92,7 @@ def remove_watch(ctx: ServiceContext, user: UserModel, watch_id: str) -> None:
                 f"no GPU watch {watch_id!r}: `gpudock notifications watches` lists yours"
             )
         session.delete(watch)
+    return watch
 
 
 def fire_watches(ctx: ServiceContext) -> list[str]:
