@@ -196,8 +196,7 @@ class AutoStopRequest(BaseModel):
     left out is off; PUT replaces the whole policy."""
 
     model_config = ConfigDict(
-        extra="forbid",
-        strict=True,
+        extra="forbid",  # not strict: 1800.0 is the integer JSON Schema says it is
         json_schema_extra={"examples": [{"idle_after_s": 1800}, {"stop_after_s": 7200}]},
     )
     idle_after_s: int | None = Field(
