@@ -185,6 +185,13 @@ def test_stop_after_a_duration_then_change_it_on_the_running_instance(
     with platform.ctx.sessions() as session:
         timeline = [e.message for e in session.scalars(select(InstanceEventModel))]
     assert "auto-stop: stops at 2026-11-29T14:00+00:00" in timeline
+    actions.start_instance(platform.ctx, user, instance_id)  # a stop time in the past …
+    platform.reconciler.drain()
+    assert auto_stop_pass(platform.ctx).stopped == []  # … does not stop the new run
+    restarted = actions.get_instance(platform.ctx, user, instance_id)
+    assert restarted.status == S.RUNNING
+    policy = actions.view(platform.ctx, restarted).auto_stop
+    assert policy is not None and policy.stop_at is None  # cleared, with a note saying so
 
 
 def test_exit_stop_stops_instead_of_restarting(

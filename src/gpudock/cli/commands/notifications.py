@@ -22,7 +22,9 @@ from gpudock.cli.client import connect, quoted_path
 from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 
-app = typer.Typer(help="What gpudock tells you, and where it sends it.", no_args_is_help=True)
+app = typer.Typer(
+    help="What gpudock tells you: the list, email, deliveries, GPU watches.", no_args_is_help=True
+)
 webhooks_app = typer.Typer(
     help="Webhooks: signed JSON for each notification.", no_args_is_help=True
 )

@@ -242,10 +242,15 @@ def _one(
     if instance.desired_state != DesiredState.RUNNING:
         return
     if row.stop_at is not None and row.stop_at <= now:
-        why = f"the stop time {row.stop_at.isoformat(timespec='minutes')} was reached"
-        if stop_for(session, instance, "time", why, now):
+        when = row.stop_at.isoformat(timespec="minutes")
+        since = _running_since(session, instance_id)
+        if since is not None and since > row.stop_at:  # started after it: not this run's
+            row.stop_at = None
+            note = f"{AUTO_STOP_PREFIX}the stop time {when} passed before this start; cleared"
+            record_instance_note(session, instance, note, now)
+        elif stop_for(session, instance, "time", f"the stop time {when} was reached", now):
             report.stopped.append(instance_id)
-        return
+            return
     if row.idle_after_s is None:
         return
     idle_for = idle_seconds(session, instance, row, now, utilisation)
