@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -203,28 +204,60 @@ class AutoStopReport:
 def auto_stop_pass(
     ctx: ServiceContext, utilisation: UtilisationSince = gpu_utilisation_since
 ) -> AutoStopReport:
-    """Stop what is due and warn what will be; one short transaction per instance."""
+    """Stop what is due and warn what will be. Decided on a read first; a write
+    transaction (locking the instance, deciding again) only where something changes,
+    so a pass over many idle-watched instances takes no write lock for nothing."""
     now = ctx.clock()
     with ctx.reader() as session:
-        ids = list(
-            session.scalars(
-                select(AutoStopModel.instance_id)
-                .join(InstanceModel, InstanceModel.id == AutoStopModel.instance_id)
-                .where(
-                    InstanceModel.status == S.RUNNING,
-                    InstanceModel.desired_state == DesiredState.RUNNING,
-                    (AutoStopModel.stop_at <= now) | AutoStopModel.idle_after_s.is_not(None),
-                )
-                .order_by(AutoStopModel.instance_id)
+        rows = session.execute(
+            select(InstanceModel, AutoStopModel)
+            .join(AutoStopModel, AutoStopModel.instance_id == InstanceModel.id)
+            .where(
+                InstanceModel.status == S.RUNNING,
+                InstanceModel.desired_state == DesiredState.RUNNING,
+                (AutoStopModel.stop_at <= now) | AutoStopModel.idle_after_s.is_not(None),
             )
-        )
+            .order_by(InstanceModel.id)
+        ).all()
+        todo = [
+            instance.id
+            for instance, row in rows
+            if _action(ctx, session, instance, row, now, utilisation) != "none"
+        ]
     report = AutoStopReport([], [])
-    for instance_id in ids:
+    for instance_id in todo:
         with ctx.sessions.begin() as session:
             _one(ctx, session, instance_id, now, utilisation, report)
     if report.stopped:
         ctx.wake_reconciler()
     return report
+
+
+Action = Literal["none", "time", "clear-time", "clear-warning", "warn", "idle"]
+
+
+def _action(
+    ctx: ServiceContext,
+    session: Session,
+    instance: InstanceModel,
+    row: AutoStopModel,
+    now: datetime,
+    utilisation: UtilisationSince,
+) -> Action:
+    """What the policy asks of this running instance now (nothing is written)."""
+    if row.stop_at is not None and row.stop_at <= now:
+        since = _running_since(session, instance.id)
+        return "clear-time" if since is not None and since > row.stop_at else "time"
+    if row.idle_after_s is None:
+        return "none"
+    idle_for = idle_seconds(session, instance, row, now, utilisation)
+    lead = _lead(ctx, row)
+    if idle_for is None or idle_for < row.idle_after_s - lead:
+        return "clear-warning" if row.idle_warned_at is not None else "none"
+    if row.idle_warned_at is None:
+        return "warn"
+    warned_long_enough = (now - row.idle_warned_at).total_seconds() >= lead
+    return "idle" if idle_for >= row.idle_after_s and warned_long_enough else "none"
 
 
 def _one(
@@ -235,54 +268,41 @@ def _one(
     utilisation: UtilisationSince,
     report: AutoStopReport,
 ) -> None:
+    """Decide again under the row locks, and do it."""
     instance = session.get(InstanceModel, instance_id, with_for_update=True)
     row = session.get(AutoStopModel, instance_id, with_for_update=True)
     if instance is None or row is None or instance.status != S.RUNNING:
         return
     if instance.desired_state != DesiredState.RUNNING:
         return
-    if row.stop_at is not None and row.stop_at <= now:
-        when = row.stop_at.isoformat(timespec="minutes")
-        since = _running_since(session, instance_id)
-        if since is not None and since > row.stop_at:  # started after it: not this run's
-            row.stop_at = None
-            note = f"{AUTO_STOP_PREFIX}the stop time {when} passed before this start; cleared"
-            record_instance_note(session, instance, note, now)
-        elif stop_for(session, instance, "time", f"the stop time {when} was reached", now):
+    action = _action(ctx, session, instance, row, now, utilisation)
+    when = row.stop_at.isoformat(timespec="minutes") if row.stop_at else ""
+    if action == "clear-time":  # it started after its stop time: not this run's
+        row.stop_at = None
+        note = f"{AUTO_STOP_PREFIX}the stop time {when} passed before this start; cleared"
+        record_instance_note(session, instance, note, now)
+    elif action == "time":
+        if stop_for(session, instance, "time", f"the stop time {when} was reached", now):
             report.stopped.append(instance_id)
-            return
-    if row.idle_after_s is None:
-        return
-    idle_for = idle_seconds(session, instance, row, now, utilisation)
-    _idle_step(ctx, session, instance, row, idle_for, now, report)
-
-
-def _idle_step(
-    ctx: ServiceContext,
-    session: Session,
-    instance: InstanceModel,
-    row: AutoStopModel,
-    idle_for: float | None,
-    now: datetime,
-    report: AutoStopReport,
-) -> None:
-    assert row.idle_after_s is not None
-    lead = min(ctx.settings.idle_warning_s, row.idle_after_s)
-    if idle_for is None or idle_for < row.idle_after_s - lead:
+    elif action == "clear-warning":
         row.idle_warned_at = None  # busy again (or unknown): a later stretch warns anew
-        return
-    if row.idle_warned_at is None:
-        _warn(session, instance, row, idle_for, lead, now)
-        report.warned.append(instance.id)
-        return
-    warned_long_enough = (now - row.idle_warned_at).total_seconds() >= lead
-    if idle_for >= row.idle_after_s and warned_long_enough:
+    elif action == "warn":
+        idle_for = idle_seconds(session, instance, row, now, utilisation) or 0.0
+        _warn(session, instance, row, idle_for, _lead(ctx, row), now)
+        report.warned.append(instance_id)
+    elif action == "idle":
+        idle_for = idle_seconds(session, instance, row, now, utilisation) or 0.0
         why = (
             f"idle for {_duration(idle_for)} (every GPU below {row.idle_below_pct:g} %, "
             "no SSH session)"
         )
         if stop_for(session, instance, "idle", why, now):
-            report.stopped.append(instance.id)
+            report.stopped.append(instance_id)
+
+
+def _lead(ctx: ServiceContext, row: AutoStopModel) -> float:
+    """How long before an idle stop the owner is told."""
+    return float(min(ctx.settings.idle_warning_s, row.idle_after_s or 0))
 
 
 def _warn(

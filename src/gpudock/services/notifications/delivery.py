@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, or_, select, update
-from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
     DeliveryState,
@@ -113,11 +112,10 @@ def _outgoing(ctx: ServiceContext, delivery_id: str) -> Outgoing | None:
         assert note is not None and endpoint is not None and user is not None
         if endpoint.removed_at is not None:
             return None
-        return _compose(session, delivery, note, endpoint, user)
+        return _compose(delivery, note, endpoint, user)
 
 
 def _compose(
-    session: Session,
     delivery: NotificationDeliveryModel,
     note: NotificationModel,
     endpoint: NotificationEndpointModel,
