@@ -7,6 +7,8 @@ loop wakes on every API change and at `GPUDOCK_RECONCILE_INTERVAL_S`.
 
 Notifications have a thread of their own too (`gpudock-notifications`): a
 webhook that takes its whole timeout must delay nothing but other deliveries.
+The auto-stop pass runs there as well: it reads every idle-watched instance's
+samples (about a millisecond each), which placement should not wait behind.
 
 Charging has a thread of its own, woken every `GPUDOCK_BILLING_TICK_S`: a pass
 over thousands of priced instances takes a good part of a second, and placement
@@ -116,19 +118,19 @@ class Reconciler:
                 lambda: share_watch.watch_shares(ctx, shares_watch),
                 settings.share_watch_interval_s,
             ),
-            _Pass(
-                "auto-stop", lambda: auto_stop.run_auto_stops(ctx), settings.auto_stop_interval_s
-            ),
         ]
         self._charging = [
             _Pass("charging", lambda: charging.charge_pass(ctx), settings.billing_tick_s)
         ]
         self._notifying = [
             _Pass(
+                "auto-stop", lambda: auto_stop.run_auto_stops(ctx), settings.auto_stop_interval_s
+            ),
+            _Pass(
                 "notifications",
                 lambda: notifications.notification_pass(ctx),
                 settings.notify_interval_s,
-            )
+            ),
         ]
 
     # -- lifecycle of the loop itself ---------------------------------------
@@ -191,7 +193,7 @@ class Reconciler:
         _run_due(self._charging, isolate=isolate)
 
     def notify_tick(self, *, isolate: bool = False) -> None:
-        """One round of the notifications thread (GPU watches, due deliveries)."""
+        """One round of the notifications thread (auto-stops, GPU watches, deliveries)."""
         _run_due(self._notifying, isolate=isolate)
 
     def make_due(self, *names: str) -> None:

@@ -19,6 +19,7 @@ from gpudock.db.models import (
 from gpudock.platform import Platform, open_platform
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.services.accounts import users
+from gpudock.services.fleet import gpu_health
 from gpudock.services.instances import actions
 from gpudock.services.instances.actions import InstanceRequest
 from gpudock.services.notifications import endpoints
@@ -99,3 +100,32 @@ def test_deliveries_go_to_the_owners_endpoints_and_roll_back_with_their_cause(
     ]
     assert endpoints.list_deliveries(platform.ctx, bob) == []
     assert kinds_of(platform, alice.id) == ["gpu.available"]
+
+
+def test_a_gpu_fault_tells_the_owner_of_the_move_and_of_the_run_after_it(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    settings = Settings(
+        data_dir=tmp_path / "d", simulate="1x2xA100-80GB", runtime="fake", image_pull="never"
+    )
+    platform = open_platform(settings, runtime=FakeRuntime(clock=clock), clock=clock)
+    try:
+        owner = users.create_user(platform.ctx, "gina").user
+        instance = actions.create_instance(platform.ctx, owner, one_gpu("train"))
+        platform.reconciler.drain()
+        [gpu] = actions.view(platform.ctx, actions.get_instance(platform.ctx, owner, "train")).gpus
+        admin = users.create_user(platform.ctx, "ops", is_admin=True).user
+        gpu_health.inject_fault(platform.ctx, admin, gpu, 79, "fell off the bus")
+        platform.reconciler.make_due("GPU health")
+        platform.reconciler.drain()
+        moved = actions.get_instance(platform.ctx, owner, instance.id)
+        assert moved.status == InstanceStatus.RUNNING
+        assert kinds_of(platform, owner.id) == ["instance.gpu_fault", "instance.running"]
+        with platform.ctx.sessions() as session:
+            running = session.scalars(
+                select(NotificationModel).where(NotificationModel.kind == "instance.running")
+            ).one()
+        assert "running again after moving off a failed GPU" in running.message
+    finally:
+        platform.close()
