@@ -116,7 +116,7 @@ def test_a_gpu_fault_tells_the_owner_of_the_move_and_of_the_run_after_it(
         platform.reconciler.drain()
         [gpu] = actions.view(platform.ctx, actions.get_instance(platform.ctx, owner, "train")).gpus
         admin = users.create_user(platform.ctx, "ops", is_admin=True).user
-        gpu_health.inject_fault(platform.ctx, admin, gpu, 79, "fell off the bus")
+        gpu_health.inject_fault(platform.ctx, admin, gpu, 48, "double-bit ECC error")
         platform.reconciler.make_due("GPU health")
         platform.reconciler.drain()
         moved = actions.get_instance(platform.ctx, owner, instance.id)
