@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from limits import parse_many
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_IMAGE = "gpudock/base:bookworm"
@@ -267,6 +267,57 @@ class Settings(BaseSettings):
         ge=0,
         description="Warn (an instance event) when the balance lasts less than this many "
         "seconds at the current burn rate.",
+    )
+
+    # -- auto-stop ----------------------------------------------------
+    auto_stop_interval_s: float = Field(
+        default=30.0, gt=0, description="How often the auto-stop pass looks at idle and due stops."
+    )
+    idle_warning_s: int = Field(
+        default=600,
+        ge=0,
+        description="Tell the owner this long before an idle stop (an instance idle for less "
+        "than this is warned as soon as it is idle).",
+    )
+    idle_below_pct: float = Field(
+        default=5.0,
+        ge=0,
+        le=100,
+        description="Default utilisation under which every GPU of an instance counts as idle.",
+    )
+
+    # -- notifications -------------------------------------------------
+    notify_interval_s: float = Field(
+        default=5.0, gt=0, description="How often the delivery thread sends what is due."
+    )
+    notify_timeout_s: float = Field(
+        default=10.0, gt=0, le=120, description="A webhook or SMTP exchange taking longer fails."
+    )
+    notify_retry_base_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Wait before the first retry of a failed delivery; it doubles each time "
+        "(at most an hour).",
+    )
+    notify_max_attempts: int = Field(
+        default=8, ge=1, le=50, description="A delivery still failing after this many is dropped."
+    )
+    notify_queue_wait_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="An instance that waited this long for GPUs tells its owner when it runs.",
+    )
+    smtp_host: str | None = Field(
+        default=None, description="SMTP server for email notifications; unset: no email."
+    )
+    smtp_port: int = Field(default=587, ge=1, le=65535)
+    smtp_starttls: bool = Field(
+        default=True, description="Upgrade the SMTP connection with STARTTLS before sending."
+    )
+    smtp_username: str | None = Field(default=None, description="SMTP login, if it needs one.")
+    smtp_password: SecretStr | None = None
+    smtp_from: str = Field(
+        default="gpudock@localhost", description="The From address of notification emails."
     )
 
     @field_validator(

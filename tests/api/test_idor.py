@@ -30,6 +30,7 @@ from gpudock.services.accounts import tokens
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances.actions import InstanceRequest
+from gpudock.services.notifications import endpoints, gpu_watches
 from tests.support.factories import Tenant
 from tests.support.key_proof import add_with_proof, make_key
 from tests.support.platforms import PlatformFactory
@@ -43,6 +44,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "SaveImageRequest": {"name": "stolen:v1"},
     "PasswordSetRequest": {"password": "correct horse battery"},
     "UserDisableRequest": {"reason": "swept"},
+    "AutoStopRequest": {"idle_after_s": 1800},
 }
 
 
@@ -107,6 +109,8 @@ class OwnedObjects:
         image = images.register(ctx, owner, spec)
         key = add_with_proof(ctx, owner, make_key(key_dir, "alice"), "laptop")
         token = tokens.create_token(ctx, owner, "ci")
+        webhook = endpoints.create_webhook(ctx, owner, "https://alice.example/hook", [])
+        watch = gpu_watches.create_watch(ctx, owner, "A100-80GB", 1)
         assert image.id is not None
         return cls(
             values={
@@ -114,6 +118,8 @@ class OwnedObjects:
                 "image_id": image.id,
                 "key_ref": key.id,
                 "token_ref": token.view.token.id,
+                "webhook_id": webhook.endpoint.id,
+                "watch_id": watch.id,
                 "name": owner.name,  # /users/{name}/...: admin-only
             },
             alice=alice,
@@ -229,3 +235,8 @@ def _assert_untouched(client: TestClient, owned: OwnedObjects) -> None:
     listed = client.get(f"{API}/tokens", headers=alice.headers).json()
     assert {t["id"]: t["state"] for t in listed}[owned.values["token_ref"]] == "active"
     assert client.get(f"{API}/users/me", headers=alice.headers).json()["state"] == "active"
+    hooks = client.get(f"{API}/webhooks", headers=alice.headers).json()
+    assert [h["id"] for h in hooks] == [owned.values["webhook_id"]]
+    watches = client.get(f"{API}/gpu-watches", headers=alice.headers).json()
+    assert [w["id"] for w in watches] == [owned.values["watch_id"]]
+    assert instance["auto_stop"] is None  # bob's PUT changed nothing

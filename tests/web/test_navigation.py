@@ -21,6 +21,7 @@ def test_each_nav_entry_leads_to_its_page_for_whom_it_is_meant(console: Platform
         "ssh_keys",
         "tokens",
         "billing",
+        "notifications",
         "images",
     ]
 

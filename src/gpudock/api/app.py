@@ -12,7 +12,17 @@ from gpudock import __version__
 from gpudock.api.deps import document_admin_only
 from gpudock.api.errors import error_responses, install_error_handlers
 from gpudock.api.ratelimit import HttpGates, RateLimitMiddleware
-from gpudock.api.routers import billing, gpus, health, images, instances, ssh, tokens, users
+from gpudock.api.routers import (
+    billing,
+    gpus,
+    health,
+    images,
+    instances,
+    notifications,
+    ssh,
+    tokens,
+    users,
+)
 from gpudock.services.context import ServiceContext
 from gpudock.web.console import mount_console
 
@@ -84,6 +94,7 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         billing.router,
         ssh.router,
         health.router,
+        notifications.router,
     )
     for router in routers:
         api.include_router(router)

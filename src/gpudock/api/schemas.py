@@ -191,6 +191,55 @@ class HostPublic(BaseModel):
     gpus: list[GpuPublic]
 
 
+class AutoStopRequest(BaseModel):
+    """When an instance stops by itself (GPUs released, data kept). Every field
+    left out is off; PUT replaces the whole policy."""
+
+    model_config = ConfigDict(
+        extra="forbid",  # not strict: 1800.0 is the integer JSON Schema says it is
+        json_schema_extra={"examples": [{"idle_after_s": 1800}, {"stop_after_s": 7200}]},
+    )
+    idle_after_s: int | None = Field(
+        default=None,
+        ge=60,
+        le=30 * 86_400,
+        description="Stop after this many seconds with every GPU below idle_below_pct "
+        "and no SSH session; the owner is told 10 minutes before.",
+    )
+    idle_below_pct: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        allow_inf_nan=False,
+        description="GPU utilisation (per cent) under which a GPU counts as idle; "
+        "default GPUDOCK_IDLE_BELOW_PCT (5)",
+    )
+    stop_at: Timestamp | None = Field(
+        default=None, description="Stop at this time (RFC 3339, with its time zone)."
+    )
+    stop_after_s: int | None = Field(
+        default=None,
+        ge=1,
+        le=366 * 86_400,
+        description="Stop this many seconds from now (stored as stop_at); not with stop_at.",
+    )
+    stop_on_exit: bool = Field(
+        default=False,
+        description="Stop, instead of restarting, when the container's main process exits.",
+    )
+
+
+class AutoStopPublic(BaseModel):
+    idle_after_s: int | None
+    idle_below_pct: float
+    stop_at: datetime | None
+    stop_on_exit: bool
+    idle_warned_at: datetime | None = Field(
+        description="When the owner was told an idle stop is near; null: not now"
+    )
+    summary: str = Field(examples=["stops idle 30 min (GPUs below 5 %)"])
+
+
 class InstanceCreateRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -252,6 +301,9 @@ class InstanceCreateRequest(BaseModel):
         "these) is preferred. Placement takes the first that has room, and gpu_model in "
         "the answer says which it got.",
     )
+    auto_stop: AutoStopRequest | None = Field(
+        default=None, description="Stop by itself when idle, at a time, or when it exits"
+    )
 
 
 class InstanceQueuePublic(BaseModel):
@@ -306,6 +358,9 @@ class InstancePublic(BaseModel):
     )
     queue: InstanceQueuePublic | None = Field(
         default=None, description="Its place in the wait queue while it waits for GPUs"
+    )
+    auto_stop: AutoStopPublic | None = Field(
+        default=None, description="Its auto-stop policy; null: it runs until stopped"
     )
 
 

@@ -67,6 +67,12 @@ COMMANDS: dict[str, LazyCommand] = {
     "keys": LazyCommand("keys", "app", "Your SSH public keys (for `ssh` into your instances)."),
     "images": LazyCommand("images", "app", "Container images: catalog, builds, validation."),
     "billing": LazyCommand("billing", "app", "Your balance, ledger and usage."),
+    "notifications": LazyCommand(
+        "notifications", "app", "What gpudock tells you: the list, email, deliveries, GPU watches."
+    ),
+    "webhooks": LazyCommand(
+        "notifications", "webhooks_app", "Webhooks: signed JSON for each notification."
+    ),
     "admin": LazyCommand("billing", "admin_app", "Administration: prices and top-ups (admin)."),
     "env": LazyCommand(
         "doctor", "env_app", "Reproduce this environment, or check a machine meets needs."

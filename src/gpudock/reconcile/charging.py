@@ -14,6 +14,9 @@ lock in the lifecycle's order — instances, then intervals, then accounts
   and go through the ordinary stop — GPUs released, container and data volume
   kept. Nothing is ever deleted for money.
 
+Both tell the owner (`balance.low`, `instance.stopped`) through the outbox, in
+the same transaction.
+
 A crash anywhere is harmless: postings and interval positions commit
 together, and the next pass starts from what was committed.
 """
@@ -42,6 +45,7 @@ from gpudock.services.billing import intervals as metering
 from gpudock.services.billing import postings as ledger
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances.status import record_instance_note, request_stop
+from gpudock.services.notifications.outbox import notify
 from gpudock.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -243,16 +247,40 @@ def _protect(
             f"{_what_to_do(decision.cause)}"
         )
         for row in decision.running:
-            if request_stop(session, user.instances[row.instance_id], reason, now):
+            instance = user.instances[row.instance_id]
+            if request_stop(session, instance, reason, now):
                 report.stopped.append(row.instance_id)
+                notify(
+                    session,
+                    user_id,
+                    "instance.stopped",
+                    f"instance {instance.name} {reason}; data kept",
+                    now,
+                    instance=instance,
+                    data={"cause": "billing", "reason": reason},
+                )
     elif decision.action == Protection.WARN:
         minutes = decision.available * 60 // max(decision.burn_per_hour, 1)
         message = (
             f"{metering.BILLING_STOP_PREFIX}low {decision.cause}: {money} left, about "
             f"{minutes} min at {rate}; running instances stop (data kept) when it runs out"
         )
-        for row in decision.running:
-            if not row.warned:
-                row.warned = True
-                record_instance_note(session, user.instances[row.instance_id], message, now)
-                report.warned.append(row.instance_id)
+        newly = [row for row in decision.running if not row.warned]
+        for row in newly:
+            row.warned = True
+            record_instance_note(session, user.instances[row.instance_id], message, now)
+            report.warned.append(row.instance_id)
+        if newly:  # one notification per user and warning, not one per instance
+            notify(
+                session,
+                user_id,
+                "balance.low",
+                message,
+                now,
+                data={
+                    "available": format_amount(decision.available),
+                    "currency": currency,
+                    "minutes_left": minutes,
+                    "instances": [row.instance_id for row in newly],
+                },
+            )

@@ -34,6 +34,7 @@ from gpudock.services.fleet import moves as migration
 from gpudock.services.fleet.inventory import allocated_gpu_ids
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import container_spec as containers
+from gpudock.services.instances.auto_stop import AUTO_STOP_PREFIX
 from gpudock.services.instances.status import switch_instance_status
 from gpudock.services.leases import LeaseHeartbeat, release, try_lease, with_lease
 
@@ -286,7 +287,7 @@ def _stop(ctx: ServiceContext, instance_id: str, token: str) -> None:
         else:
             _release_placement(session, instance)
             reason = "stopped; data kept"
-            if instance.status_reason.startswith(metering.BILLING_STOP_PREFIX):
+            if instance.status_reason.startswith((metering.BILLING_STOP_PREFIX, AUTO_STOP_PREFIX)):
                 reason = f"{instance.status_reason}; data kept"
             switch_instance_status(session, instance, S.STOPPED, reason, at)
 

@@ -1,5 +1,6 @@
-"""The liveness pass: a running instance whose container exited is restarted,
-one whose container vanished is recreated with its data volume."""
+"""The liveness pass: a running instance whose container exited is restarted
+(or stopped, when its auto-stop says to stop on exit), one whose container
+vanished is recreated with its data volume."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from gpudock.db.models import (
     InstanceStatus,
 )
 from gpudock.errors import GpudockError
+from gpudock.runtime.base import ContainerState
 from gpudock.services.context import ServiceContext
+from gpudock.services.instances import auto_stop
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.status import switch_instance_status
 
@@ -46,23 +49,31 @@ def check_running(ctx: ServiceContext) -> None:
 
 
 def _recover(ctx: ServiceContext, instance_id: str, vanished: bool) -> None:
+    """Restart (or recreate) it; an exited one whose auto-stop says so stops instead."""
     reason = "container disappeared; recreating" if vanished else "container exited; restarting"
-    at = ctx.clock() if vanished else _exited_at(ctx, instance_id)
+    state = None if vanished else _exited_state(ctx, instance_id)
+    at = _exited_at(ctx, state)
     with ctx.sessions.begin() as session:
         row = session.get(InstanceModel, instance_id, with_for_update=True)
         if row is None or row.status != S.RUNNING or row.lock_token is not None:
             return
-        switch_instance_status(session, row, S.CREATING, reason, at)
+        if not vanished and auto_stop.stops_on_exit(session, instance_id):
+            auto_stop.stop_exited(session, row, state.exit_code if state else None, at)
+        else:
+            switch_instance_status(session, row, S.CREATING, reason, at)
     ctx.wake_reconciler()
 
 
-def _exited_at(ctx: ServiceContext, instance_id: str) -> datetime:
-    """When the runtime says the container stopped (metering closes there), else now."""
+def _exited_state(ctx: ServiceContext, instance_id: str) -> ContainerState | None:
     name = containers.container_name(ctx.cluster_id, instance_id)
     try:
-        state = ctx.runtime.inspect_container(name)
+        return ctx.runtime.inspect_container(name)
     except GpudockError:
-        state = None
+        return None
+
+
+def _exited_at(ctx: ServiceContext, state: ContainerState | None) -> datetime:
+    """When the runtime says the container stopped (metering closes there), else now."""
     if state is None or state.running or state.finished_at is None:
         return ctx.clock()
     return min(state.finished_at, ctx.clock())

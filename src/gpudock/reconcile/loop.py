@@ -5,6 +5,11 @@ when its interval is due; per-instance lifecycle steps run on a worker pool,
 each row under a lease that a heartbeat keeps while the step's I/O runs. The
 loop wakes on every API change and at `GPUDOCK_RECONCILE_INTERVAL_S`.
 
+Notifications have a thread of their own too (`gpudock-notifications`): a
+webhook that takes its whole timeout must delay nothing but other deliveries.
+The auto-stop pass runs there as well: it reads every idle-watched instance's
+samples (about a millisecond each), which placement should not wait behind.
+
 Charging has a thread of its own, woken every `GPUDOCK_BILLING_TICK_S`: a pass
 over thousands of priced instances takes a good part of a second, and placement
 must never wait behind it. The two share nothing but the database, and take row
@@ -30,11 +35,13 @@ from gpudock.db.models import (
     InstanceStatus,
 )
 from gpudock.reconcile import (
+    auto_stop,
     charging,
     garbage,
     gpu_health,
     lifecycle,
     liveness,
+    notifications,
     placement,
     share_watch,
     system_disks,
@@ -84,6 +91,7 @@ class Reconciler:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._charging_thread: threading.Thread | None = None
+        self._notify_thread: threading.Thread | None = None
         health_watch, disk_watch = gpu_health.HealthWatch(), system_disks.DiskWatch()
         shares_watch = share_watch.ShareWatch()
         settings = ctx.settings
@@ -114,6 +122,16 @@ class Reconciler:
         self._charging = [
             _Pass("charging", lambda: charging.charge_pass(ctx), settings.billing_tick_s)
         ]
+        self._notifying = [
+            _Pass(
+                "auto-stop", lambda: auto_stop.run_auto_stops(ctx), settings.auto_stop_interval_s
+            ),
+            _Pass(
+                "notifications",
+                lambda: notifications.notification_pass(ctx),
+                settings.notify_interval_s,
+            ),
+        ]
 
     # -- lifecycle of the loop itself ---------------------------------------
     def start(self) -> None:
@@ -130,11 +148,15 @@ class Reconciler:
             target=self._charging_loop, name="gpudock-charging", daemon=True
         )
         self._charging_thread.start()
+        self._notify_thread = threading.Thread(
+            target=self._notify_loop, name="gpudock-notifications", daemon=True
+        )
+        self._notify_thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
-        for thread in (self._thread, self._charging_thread):
+        for thread in (self._thread, self._charging_thread, self._notify_thread):
             if thread is not None:
                 thread.join(timeout=30)
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -154,6 +176,12 @@ class Reconciler:
             self.charging_tick(isolate=True)
             self._stopping.wait(self._ctx.settings.billing_tick_s)
 
+    def _notify_loop(self) -> None:
+        """Deliveries wait on other servers; nothing else waits on them."""
+        while not self._stopping.is_set():
+            self.notify_tick(isolate=True)
+            self._stopping.wait(self._ctx.settings.notify_interval_s)
+
     # -- one round -------------------------------------------------------------
     def tick(self, *, isolate: bool = False) -> None:
         """Run every pass of the placement loop that is due. `isolate`: a failing
@@ -164,9 +192,13 @@ class Reconciler:
         """One round of the charging thread (the charging pass, when due)."""
         _run_due(self._charging, isolate=isolate)
 
+    def notify_tick(self, *, isolate: bool = False) -> None:
+        """One round of the notifications thread (auto-stops, GPU watches, deliveries)."""
+        _run_due(self._notifying, isolate=isolate)
+
     def make_due(self, *names: str) -> None:
         """Have the named passes run at the next tick, whatever their interval."""
-        known = {p.name: p for p in [*self._passes, *self._charging]}
+        known = {p.name: p for p in [*self._passes, *self._charging, *self._notifying]}
         for name in names:
             known[name].last_run = -math.inf
 

@@ -28,6 +28,7 @@ from gpudock.web.pages import (
     health,
     images,
     instances,
+    notifications,
     ssh_keys,
     terminal,
     tokens,
@@ -107,6 +108,7 @@ def mount_console(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, console_http_errors(api_handler))
     for router in (
         auth.router,
+        notifications.router,  # before instances: its POST /instances/{id}/{action} is a catch-all
         instances.router,
         admin.router,
         ssh_keys.router,

@@ -424,6 +424,47 @@ ZH_CN: dict[str, str] = {
     ),
     "browser terminal": "浏览器终端",
     "console login": "控制台登录",
+    # --- auto-stop and notifications ---
+    "Notifications": "通知",
+    "Auto-stop": "自动关机",
+    "Runs until you stop it.": "一直运行，直到你关机。",
+    "A stop releases the GPUs and keeps the data; billing ends when the container stops. "
+    "You are told 10 minutes before an idle stop.": (
+        "关机会释放 GPU 并保留数据；容器停止时计费结束。空闲关机前 10 分钟会通知你。"
+    ),
+    "Stop when idle for (minutes)": "空闲多久后关机（分钟）",
+    "Idle means every GPU below (%)": "空闲指所有 GPU 利用率低于（%）",
+    "Stop at (UTC)": "定时关机（UTC）",
+    "Stop when the main process exits": "主进程退出时关机",
+    "Save auto-stop": "保存自动关机设置",
+    "Webhook {url} added. Copy its signing secret now: it is not shown again.": (
+        "已添加 Webhook {url}。请立即复制签名密钥：它不会再次显示。"
+    ),
+    "No notifications yet.": "还没有通知。",
+    "Webhooks": "Webhook",
+    "Each notification is POSTed as JSON, signed with HMAC-SHA256 in X-Gpudock-Signature; "
+    "failed deliveries are retried with backoff.": (
+        "每条通知以 JSON 形式 POST，X-Gpudock-Signature 中带 HMAC-SHA256 签名；"
+        "发送失败会按退避间隔重试。"
+    ),
+    "URL": "URL",
+    "Kinds": "类型",
+    "all": "全部",
+    "Remove this webhook?": "删除这个 Webhook？",
+    "No webhooks.": "没有 Webhook。",
+    "Only these kinds (none ticked: all)": "只发送这些类型（都不勾选：全部）",
+    "Add webhook": "添加 Webhook",
+    "Email": "邮件",
+    "Send notifications to": "通知发送到",
+    "Email is off on this server: the operator sets GPUDOCK_SMTP_HOST.": (
+        "此服务器未开启邮件通知：需由运维设置 GPUDOCK_SMTP_HOST。"
+    ),
+    "Delivery log": "发送记录",
+    "To": "发往",
+    "Tries": "尝试次数",
+    "Last answer": "最近一次应答",
+    "Nothing sent yet.": "还没有发送记录。",
+    "delivered": "已送达",
 }
 
 CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN}

@@ -17,6 +17,7 @@ NAV_ENTRIES = (
     NavEntry("ssh_keys", "SSH keys", "/ssh-keys"),
     NavEntry("tokens", "API tokens", "/tokens"),
     NavEntry("billing", "Billing", "/billing"),
+    NavEntry("notifications", "Notifications", "/notifications"),
     NavEntry("images", "Images", "/images"),
     NavEntry("billing_admin", "Prices & top-ups", "/admin/billing", admin_only=True),
     NavEntry("health", "Reliability", "/admin/reliability", admin_only=True),

@@ -9,15 +9,19 @@ from gpudock.api.deps import Context, CurrentUser
 from gpudock.api.errors import error_responses
 from gpudock.api.links import links
 from gpudock.api.schemas import (
+    AutoStopPublic,
+    AutoStopRequest,
     InstanceCreateRequest,
     InstanceEventPublic,
     InstancePublic,
     InstanceQueuePublic,
 )
+from gpudock.db.models import AutoStopModel
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import actions as instances
-from gpudock.services.instances import queue
+from gpudock.services.instances import auto_stop, queue
 from gpudock.services.instances.actions import InstanceRequest, InstanceView
+from gpudock.services.instances.auto_stop import AutoStopPolicy
 from gpudock.services.ssh import endpoint as ssh_endpoint
 
 router = APIRouter(prefix="/instances", tags=["instances"])
@@ -29,6 +33,7 @@ _NEXT = {
     "start": ("POST", _ONE + "/start"),
     "stop": ("POST", _ONE + "/stop"),
     "restart": ("POST", _ONE + "/restart"),
+    "auto_stop": ("PUT", _ONE + "/auto-stop"),
     "delete": ("DELETE", _ONE),
 }
 NEXT = links(200, "instance_id", "id", _NEXT)  # what can be done with the instance returned
@@ -67,6 +72,30 @@ def _public(
         gpu_share_milli=i.gpu_share_milli,
         gpu_memory_limit_mb=v.share_memory_mb,
         queue=_queue_public(queue_position) if queue_position else None,
+        auto_stop=_auto_stop_public(v.auto_stop) if v.auto_stop else None,
+    )
+
+
+def _auto_stop_public(row: AutoStopModel) -> AutoStopPublic:
+    return AutoStopPublic(
+        idle_after_s=row.idle_after_s,
+        idle_below_pct=row.idle_below_pct,
+        stop_at=row.stop_at,
+        stop_on_exit=row.on_exit,
+        idle_warned_at=row.idle_warned_at,
+        summary=auto_stop.describe(row),
+    )
+
+
+def _policy(body: AutoStopRequest | None) -> AutoStopPolicy | None:
+    if body is None:
+        return None
+    return AutoStopPolicy(
+        idle_after_s=body.idle_after_s,
+        idle_below_pct=body.idle_below_pct,
+        stop_at=body.stop_at,
+        stop_after_s=body.stop_after_s,
+        on_exit=body.stop_on_exit,
     )
 
 
@@ -85,6 +114,7 @@ def _request_from(body: InstanceCreateRequest) -> InstanceRequest:
     fields = body.model_dump()
     share = fields.pop("gpu_share")
     fields["gpu_models"] = tuple(fields["gpu_models"])
+    fields["auto_stop"] = _policy(body.auto_stop)
     return InstanceRequest(**fields, gpu_share=None if share is None else Decimal(repr(share)))
 
 
@@ -134,6 +164,20 @@ def start(
 @router.post("/{instance_id}/stop", response_model=InstancePublic, responses=CHANGE)
 def stop(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
     return _public(ctx, instances.view(ctx, instances.stop_instance(ctx, user, instance_id)))
+
+
+@router.put(
+    "/{instance_id}/auto-stop",
+    response_model=InstancePublic,
+    responses={**error_responses(404, 409, 422), **NEXT},
+)
+def change_auto_stop(
+    ctx: Context, user: CurrentUser, instance_id: str, body: AutoStopRequest
+) -> InstancePublic:
+    """Replace the policy: fields left out are off (`{}` removes every auto-stop)."""
+    policy = _policy(body) or AutoStopPolicy()
+    changed = instances.change_auto_stop(ctx, user, instance_id, policy)
+    return _public(ctx, instances.view(ctx, changed))
 
 
 @router.post("/{instance_id}/restart", response_model=InstancePublic, responses=CHANGE)

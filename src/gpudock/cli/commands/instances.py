@@ -1,4 +1,4 @@
-"""`gpudock instances ...`: create, list, show, start, stop, restart, delete."""
+"""`gpudock instances ...`: create, list, show, start, stop, restart, delete, auto-stop."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from gpudock.api.image_schemas import SavedImagePublic
 from gpudock.api.schemas import InstanceEventPublic, InstancePublic
 from gpudock.cli import output
 from gpudock.cli.client import ApiClient, Query, connect, quoted_path
+from gpudock.cli.commands import auto_stop
 from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 from gpudock.cli.commands.waiting import DEFAULT_TIMEOUT_S, Waiter
@@ -78,6 +79,11 @@ def create(
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", metavar="K=V", help="Repeatable.")
     ] = None,
+    idle_stop: auto_stop.IdleStopOpt = None,
+    idle_below: auto_stop.IdleBelowOpt = None,
+    stop_at: auto_stop.StopAtOpt = None,
+    stop_after: auto_stop.StopAfterOpt = None,
+    stop_on_exit: auto_stop.StopOnExitOpt = False,
     wait: WaitFlag = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     json_output: JsonFlag = False,
@@ -96,6 +102,8 @@ def create(
     optional |= {"memory_gb": memory, "disk_gb": disk}
     optional |= {"gpu_share": share, "gpu_memory_gb": share_memory}
     optional["gpu_models"] = models if len(models) > 1 else None
+    policy = auto_stop.policy_body(idle_stop, idle_below, stop_at, stop_after, stop_on_exit)
+    optional["auto_stop"] = policy or None
     body.update({k: v for k, v in optional.items() if v is not None})
     with connect() as client:
         instance = client.post("/instances", InstancePublic, body)
@@ -169,6 +177,7 @@ def _details(i: InstancePublic) -> Table:
         ("Size", f"{i.cpu:g} CPUs · {i.memory_gb} GB memory · {i.disk_gb} GB disk"),
         ("Container", output.text(i.container_id)),
         ("SSH", output.text(i.ssh_command)),
+        ("Auto-stop", auto_stop.summary_of(i)),
         ("Owner", i.user_id),
         ("Created", output.when(i.created_at)),
         ("Updated", output.when(i.updated_at)),
@@ -278,6 +287,7 @@ def plain_action(verb: str, target: str, summary: str) -> None:
 
 plain_action("stop", "stopped", "Stop an instance: its GPUs are released, its data is kept.")
 plain_action("restart", "running", "Restart a running instance's container on the same GPUs.")
+app.command("auto-stop")(auto_stop.change)
 
 
 @app.command("delete")

@@ -29,6 +29,7 @@ from gpudock.runtime.build.context import BuildContext, normalise_archive
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
+from gpudock.services.notifications import outbox
 
 DOCTOR_FILE = ".gpudock-doctor"
 MAX_DOCKERFILE_BYTES = 1 * 2**20
@@ -157,18 +158,30 @@ def _registered(
 ) -> Iterator[dict[str, Any]]:
     for event in events:
         if "image_id" not in event:
+            if "error" in event:
+                _tell_finished(ctx, user, reference, event["error"])
             yield event
             continue
         spec = images.derived(parent, reference, name, "build")
         spec = with_size(spec, ctx.runtime.image_size(reference) or 0)
         try:
-            yield {
-                "image": images.register(
-                    ctx, user, spec, public=public, engine_image_id=event["image_id"]
-                )
-            }
+            registered = images.register(
+                ctx, user, spec, public=public, engine_image_id=event["image_id"]
+            )
         except GpudockError as exc:
+            _tell_finished(ctx, user, reference, exc.message)
             yield {"error": exc.message}
+            continue
+        _tell_finished(ctx, user, reference, None)
+        yield {"image": registered}
+
+
+def _tell_finished(ctx: ServiceContext, user: UserModel, reference: str, error: str | None) -> None:
+    """The owner's notification (the build streams to one client; this reaches
+    the others: a webhook, an email, the console's list)."""
+    message = f"image {reference} built" if error is None else f"image {reference} failed: {error}"
+    data = {"image": reference, "ok": error is None, "error": error}
+    outbox.notify_now(ctx, user.id, "image.build_finished", message, data=data)
 
 
 def build_from_upload(

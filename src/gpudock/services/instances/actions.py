@@ -7,6 +7,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from decimal import Decimal
 
 from sqlalchemy import ColumnElement, or_, select
@@ -14,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
+    AutoStopModel,
     DesiredState,
     GpuAllocationModel,
     GpuDeviceModel,
@@ -29,7 +31,8 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
-from gpudock.services.instances import sizing
+from gpudock.services.instances import auto_stop, sizing
+from gpudock.services.instances.auto_stop import AutoStopPolicy
 from gpudock.services.instances.status import (
     S,
     is_leased,
@@ -59,6 +62,7 @@ class InstanceRequest:
     gpu_share: Decimal | None = None  # a fraction of one card …
     gpu_memory_gb: int | None = None  # … or GB of its memory: a share of one GPU
     gpu_models: tuple[str, ...] = ()  # acceptable besides gpu_model
+    auto_stop: AutoStopPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ def create_instance(
             field="name",
         )
     now = ctx.clock()
+    policy = auto_stop.check_policy(ctx, request.auto_stop or AutoStopPolicy(), now)
     try:
         with ctx.sessions.begin() as session:
             size = sizing.resolve_size(session, ctx.settings, request)
@@ -120,6 +125,7 @@ def create_instance(
             )
             session.add(instance)
             switch_instance_status(session, instance, S.PENDING, "waiting for placement", now)
+            _set_policy(ctx, session, instance, policy, now)
             if unchecked:
                 record_instance_note(session, instance, unchecked, now)
     except IntegrityError as exc:
@@ -201,6 +207,7 @@ class InstanceView:
     gpus: list[str]
     host_name: str | None
     share_memory_mb: int | None = None  # a placed share's GPU memory limit
+    auto_stop: AutoStopModel | None = None
 
     @property
     def share_text(self) -> str | None:
@@ -231,6 +238,7 @@ def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceV
             .order_by("gpu_id")
         ).all()
         host_names = dict(session.execute(select(HostModel.id, HostModel.name)).all())
+        policies = auto_stop.policies(session, ids)
     gpus: dict[str, list[str]] = {i: [] for i in ids}
     for instance_id, gpu_id in rows:
         gpus[instance_id].append(gpu_id)
@@ -240,6 +248,7 @@ def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceV
             gpus[i.id],
             host_names.get(i.host_id) if i.host_id else None,
             _share_memory(i, card_mb.get(i.id)),
+            policies.get(i.id),
         )
         for i in instances
     ]
@@ -326,6 +335,36 @@ def start_instance(
     `stay` waits for a GPU on the instance's own host instead."""
     unchecked = images.preflight_start(ctx, user, ref)  # the image still fits the fleet
     return _request(ctx, user, ref, DesiredState.RUNNING, "start", stay=stay, note=unchecked)
+
+
+def change_auto_stop(
+    ctx: ServiceContext, user: UserModel, ref: str, policy: AutoStopPolicy
+) -> InstanceModel:
+    """Replace the instance's auto-stop policy (an empty one removes it)."""
+    now = ctx.clock()
+    policy = auto_stop.check_policy(ctx, policy, now)
+    with ctx.sessions.begin() as session:
+        instance = _load(session, user, ref, lock=True)
+        if instance.status in (S.DELETING, S.DELETED):
+            raise Conflict(f"instance {instance.id} is being deleted")
+        _set_policy(ctx, session, instance, policy, now, changing=True)
+    return instance
+
+
+def _set_policy(
+    ctx: ServiceContext,
+    session: Session,
+    instance: InstanceModel,
+    policy: AutoStopPolicy,
+    now: datetime,
+    *,
+    changing: bool = False,
+) -> None:
+    """Write it and say so on the timeline (a create without one says nothing)."""
+    row = auto_stop.write_policy(ctx, session, instance, policy, now)
+    if row is not None or changing:
+        text = auto_stop.describe(row) if row is not None else "off"
+        record_instance_note(session, instance, f"{auto_stop.AUTO_STOP_PREFIX}{text}", now)
 
 
 def stop_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceModel:

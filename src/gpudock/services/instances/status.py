@@ -2,10 +2,12 @@
 status, and the changes the system (not the owner) asks for.
 
 `switch_instance_status()` is the only writer of `InstanceModel.status`. It
-calls the two status hooks in the same transaction — billing intervals open
+calls the status hooks in the same transaction — billing intervals open
 and close (`services.billing.intervals.on_transition`), moves finish
-(`services.fleet.move_log.on_transition`) — so no path that changes a status
-can forget them. These two calls are the domain seams import-linter allows.
+(`services.fleet.move_log.on_transition`), owners are told of GPU faults and
+of runs after a wait (`services.notifications.outbox.on_transition`) — so no
+path that changes a status can forget them. These calls are the domain seams
+import-linter allows.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from gpudock.db.models import DesiredState, InstanceEventModel, InstanceModel, I
 from gpudock.errors import Conflict
 from gpudock.services.billing import intervals
 from gpudock.services.fleet import move_log
+from gpudock.services.notifications import outbox
 
 S = InstanceStatus
 ALLOWED_TRANSITIONS: dict[InstanceStatus | None, frozenset[InstanceStatus]] = {
@@ -75,6 +78,7 @@ def switch_instance_status(
     )
     intervals.on_transition(session, instance, old, new, at)  # billing intervals open/close
     move_log.on_transition(session, instance, old, new, at)  # moves finish
+    outbox.on_transition(session, instance, old, new, reason, at)  # owners told
 
 
 def record_instance_note(
