@@ -11,6 +11,10 @@ must never wait behind it. The two share nothing but the database, and take row
 locks in the same order (instances, then intervals, then accounts), so they can
 run at the same moment; a charge committed twice is impossible either way (each
 posting has an idempotency key).
+
+Sampling (`reconcile.sampling`) has a third thread, every
+`GPUDOCK_METRICS_INTERVAL_S`: it reads every running container from the
+engine. Each pass's last duration is kept in `durations` (Prometheus exports it).
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ from gpudock.reconcile import (
     lifecycle,
     liveness,
     placement,
+    sampling,
     share_watch,
     system_disks,
 )
 from gpudock.services.context import ServiceContext
 from gpudock.services.leases import release_at_startup
+from gpudock.services.metrics.sampling import SamplerState
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
@@ -60,7 +66,7 @@ class _Pass:
         return self.interval_s is None or now - self.last_run >= self.interval_s
 
 
-def _run_due(passes: list[_Pass], *, isolate: bool) -> None:
+def _run_due(passes: list[_Pass], durations: dict[str, float], *, isolate: bool) -> None:
     now = time.monotonic()
     for due in (p for p in passes if p.due(now)):
         due.last_run = now
@@ -70,6 +76,8 @@ def _run_due(passes: list[_Pass], *, isolate: bool) -> None:
             if not isolate:
                 raise
             log.exception("reconciler pass %r failed", due.name)
+        finally:
+            durations[due.name] = time.monotonic() - due.last_run
 
 
 class Reconciler:
@@ -84,6 +92,9 @@ class Reconciler:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._charging_thread: threading.Thread | None = None
+        self._metrics_thread: threading.Thread | None = None
+        self.durations: dict[str, float] = {}
+        """Seconds each pass took the last time it ran, by pass name."""
         health_watch, disk_watch = gpu_health.HealthWatch(), system_disks.DiskWatch()
         shares_watch = share_watch.ShareWatch()
         settings = ctx.settings
@@ -114,6 +125,19 @@ class Reconciler:
         self._charging = [
             _Pass("charging", lambda: charging.charge_pass(ctx), settings.billing_tick_s)
         ]
+        sampler_state = SamplerState()
+        self._metrics = [
+            _Pass(
+                "samples",
+                lambda: sampling.sample_pass(ctx, sampler_state),
+                settings.metrics_interval_s,
+            ),
+            _Pass(
+                "downsampling",
+                lambda: sampling.downsample_pass(ctx),
+                sampling.DOWNSAMPLE_INTERVAL_S,
+            ),
+        ]
 
     # -- lifecycle of the loop itself ---------------------------------------
     def start(self) -> None:
@@ -130,11 +154,15 @@ class Reconciler:
             target=self._charging_loop, name="gpudock-charging", daemon=True
         )
         self._charging_thread.start()
+        self._metrics_thread = threading.Thread(
+            target=self._metrics_loop, name="gpudock-metrics", daemon=True
+        )
+        self._metrics_thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
-        for thread in (self._thread, self._charging_thread):
+        for thread in (self._thread, self._charging_thread, self._metrics_thread):
             if thread is not None:
                 thread.join(timeout=30)
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -154,19 +182,28 @@ class Reconciler:
             self.charging_tick(isolate=True)
             self._stopping.wait(self._ctx.settings.billing_tick_s)
 
+    def _metrics_loop(self) -> None:
+        while not self._stopping.is_set():
+            self.metrics_tick(isolate=True)
+            self._stopping.wait(min(self._ctx.settings.metrics_interval_s, 1.0))
+
     # -- one round -------------------------------------------------------------
     def tick(self, *, isolate: bool = False) -> None:
         """Run every pass of the placement loop that is due. `isolate`: a failing
         pass is logged and the others still run (the loop); otherwise it raises (tests)."""
-        _run_due(self._passes, isolate=isolate)
+        _run_due(self._passes, self.durations, isolate=isolate)
 
     def charging_tick(self, *, isolate: bool = False) -> None:
         """One round of the charging thread (the charging pass, when due)."""
-        _run_due(self._charging, isolate=isolate)
+        _run_due(self._charging, self.durations, isolate=isolate)
+
+    def metrics_tick(self, *, isolate: bool = False) -> None:
+        """One round of the metrics thread (samples and downsampling, when due)."""
+        _run_due(self._metrics, self.durations, isolate=isolate)
 
     def make_due(self, *names: str) -> None:
         """Have the named passes run at the next tick, whatever their interval."""
-        known = {p.name: p for p in [*self._passes, *self._charging]}
+        known = {p.name: p for p in [*self._passes, *self._charging, *self._metrics]}
         for name in names:
             known[name].last_run = -math.inf
 
