@@ -11,8 +11,19 @@ from fastapi import APIRouter, FastAPI
 from gpudock import __version__
 from gpudock.api.deps import document_admin_only
 from gpudock.api.errors import error_responses, install_error_handlers
+from gpudock.api.prometheus import serve_on_own_address
 from gpudock.api.ratelimit import HttpGates, RateLimitMiddleware
-from gpudock.api.routers import billing, gpus, health, images, instances, ssh, tokens, users
+from gpudock.api.routers import (
+    billing,
+    gpus,
+    health,
+    images,
+    instances,
+    metrics,
+    ssh,
+    tokens,
+    users,
+)
 from gpudock.services.context import ServiceContext
 from gpudock.web.console import mount_console
 
@@ -49,6 +60,8 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if run_reconciler:
             platform.start()
+        bind = platform.ctx.settings.metrics_bind
+        scrape_server = serve_on_own_address(platform.ctx, bind) if bind else None
         started = []  # sidecars (the SSH gateway) share this event loop
         try:
             for sidecar in platform.sidecars:
@@ -58,6 +71,9 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         finally:
             for sidecar in reversed(started):
                 await sidecar.stop()
+            if scrape_server is not None:
+                scrape_server.shutdown()
+                scrape_server.server_close()
             if run_reconciler:
                 platform.stop()
 
@@ -84,10 +100,12 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         billing.router,
         ssh.router,
         health.router,
+        metrics.router,
     )
     for router in routers:
         api.include_router(router)
     app.include_router(api)
+    app.include_router(metrics.prometheus_router)
     document_admin_only(app, API_PREFIX, routers)
 
     @app.get("/healthz", include_in_schema=False)

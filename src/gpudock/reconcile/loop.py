@@ -14,7 +14,8 @@ posting has an idempotency key).
 
 Sampling (`reconcile.sampling`) has a third thread, every
 `GPUDOCK_METRICS_INTERVAL_S`: it reads every running container from the
-engine. Each pass's last duration is kept in `durations` (Prometheus exports it).
+engine. Each pass's last duration is kept in `ctx.pass_durations` (Prometheus
+exports it).
 """
 
 from __future__ import annotations
@@ -93,8 +94,7 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._charging_thread: threading.Thread | None = None
         self._metrics_thread: threading.Thread | None = None
-        self.durations: dict[str, float] = {}
-        """Seconds each pass took the last time it ran, by pass name."""
+        self.durations = ctx.pass_durations
         health_watch, disk_watch = gpu_health.HealthWatch(), system_disks.DiskWatch()
         shares_watch = share_watch.ShareWatch()
         settings = ctx.settings
