@@ -3,6 +3,9 @@ own parser (fake runtime, the suite's fleet: 4 × A100-80GB, 2 × RTX4090-24GB).
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -24,6 +27,7 @@ def scrape(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     """Every sample in the exposition: metric name -> sorted labels -> value."""
     found: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     for family in text_string_to_metric_families(text):
+        found.setdefault(family.name, {})  # a family without samples is still exposed
         for sample in family.samples:
             labels = tuple(sorted(sample.labels.items()))
             found.setdefault(sample.name, {})[labels] = sample.value
@@ -59,6 +63,10 @@ def test_the_scrape_parses_and_counts_the_fleet(
     assert memory == 64 * 2**20  # the fake engine's default reading
     (gpu_labels,) = metrics["gpudock_instance_gpu_memory_used_mib"]
     assert dict(gpu_labels)["gpu"] == "0" and dict(gpu_labels)["gpu_model"] == "A100-80GB"
+    # the sample Grafana dashboard asks only for series the scrape has
+    dashboard = (Path(__file__).parents[2] / "deploy/grafana-dashboard.json").read_text()
+    asked = set(re.findall(r"gpudock_[a-z_]+", dashboard))
+    assert asked and asked <= set(metrics)
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
