@@ -117,6 +117,7 @@ _AVERAGED = (
     "net_rx_bps",
     "net_tx_bps",
     "gpu_utilisation_max",
+    "gpu_utilisation_mean",
 )
 _AVERAGED_BYTES = ("memory_bytes", "data_disk_bytes", "system_disk_bytes")
 

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
@@ -160,7 +160,8 @@ def running_instance_figures(
 @dataclass(frozen=True)
 class ModelUtilisation:
     """One GPU model on one host over a window: how many GPUs it has, how many
-    are held by instances now, and the mean utilisation the samples saw."""
+    are held by instances now, and the mean utilisation of the GPUs held
+    while they were held (None: no sample in the window)."""
 
     model: str
     host: str
@@ -170,33 +171,41 @@ class ModelUtilisation:
 
 
 def utilisation_by_model_and_host(ctx: ServiceContext, window: timedelta) -> list[ModelUtilisation]:
+    """Every GPU of every sample counts, weighted by the raw samples a row
+    stands for (a minute row is six raw ones). A share's figure is its
+    processes' part of the whole card, so it weighs its fraction of a GPU: two
+    half shares each 50 % busy make one card 100 % busy, as NVML would say."""
     since = ctx.clock() - window
+    share = InstanceModel.gpu_share_milli
+    held = case((share.is_(None), InstanceModel.gpu_count * 1.0), else_=share / 1000.0)
+    busy = case((share.is_(None), InstanceModel.gpu_count * 1.0), else_=1.0)
+    weight = InstanceSampleModel.samples
     with ctx.reader() as session:
         counts = _gpu_counts(session)
         means = session.execute(
             select(
                 InstanceModel.gpu_model,
                 HostModel.name,
-                func.avg(InstanceSampleModel.gpu_utilisation_max),
+                func.sum(InstanceSampleModel.gpu_utilisation_mean * busy * weight),
+                func.sum(held * weight),
             )
             .join(InstanceModel, InstanceModel.id == InstanceSampleModel.instance_id)
             .join(HostModel, HostModel.id == InstanceModel.host_id)
             .where(InstanceSampleModel.at >= since)
+            .where(InstanceSampleModel.gpu_utilisation_mean.is_not(None))
             .group_by(InstanceModel.gpu_model, HostModel.name)
         ).all()
-    mean_of = {(model, host): mean for model, host, mean in means}
+    mean_of = {
+        (model, host): min(float(busy_sum) / float(held_sum), 100.0)
+        for model, host, busy_sum, held_sum in means
+        if held_sum
+    }
     totals: dict[tuple[str, str], list[int]] = {}
     for count in counts:
         total = totals.setdefault((count.model, count.host), [0, 0])
         total[0] += count.count
         total[1] += count.count if count.use == "used" else 0
     return [
-        ModelUtilisation(
-            model,
-            host,
-            gpus,
-            used,
-            None if mean_of.get((model, host)) is None else float(mean_of[(model, host)]),
-        )
+        ModelUtilisation(model, host, gpus, used, mean_of.get((model, host)))
         for (model, host), (gpus, used) in sorted(totals.items())
     ]
