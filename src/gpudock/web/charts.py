@@ -106,7 +106,7 @@ class Line:
     label: str
     style: str  # the CSS class of its colour
     runs: list[str]  # SVG polyline points, one string per unbroken stretch
-    latest: float | None  # the newest known value, for the legend
+    latest: float | None  # the newest known sample as it was, not averaged: the legend's "now"
 
 
 @dataclass(frozen=True)
@@ -214,8 +214,8 @@ def line_chart(
         return f"{x:.1f},{TOP + plot_h * (1 - min(value, top) / top):.1f}"
 
     lines = [
-        Line(label, f"c{n % SERIES_STYLES}", _runs(points, xy, max_gap), _latest(points))
-        for n, (label, points) in enumerate(reduced)
+        Line(label, f"c{n % SERIES_STYLES}", _runs(points, xy, max_gap), _latest(raw))
+        for n, ((label, points), (_, raw)) in enumerate(zip(reduced, series, strict=True))
     ]
     empty = not any(line.runs for line in lines)
     fractions = () if empty else (0, 0.5, 1)

@@ -25,6 +25,7 @@ WINDOWS: dict[str, tuple[timedelta, str]] = {
     "1d": (timedelta(days=1), "%H:%M"),
     "1w": (timedelta(weeks=1), "%m-%d"),
 }
+KIB = 1024.0  # the least a byte chart's scale reaches: an idle disk reads 0 / 512 B / 1 KiB
 REFRESH_S = 30  # the curves move by a pixel every ~16 s in the hour window
 
 
@@ -99,7 +100,7 @@ def instance_charts(
         utilisation = [(g, _gpu_figure(samples, n, memory=False)) for n, g in enumerate(gpus)]
         memory = [(g, _gpu_figure(samples, n, memory=True)) for n, g in enumerate(gpus)]
         views.append(chart("chart-gpu", "GPU utilisation", utilisation, _percent, 100.0))
-        views.append(chart("chart-gpu-memory", "GPU memory", memory, _mib))
+        views.append(chart("chart-gpu-memory", "GPU memory", memory, _mib, KIB))
     views += [
         chart(
             "chart-cpu",
@@ -113,6 +114,7 @@ def instance_charts(
             "Memory",
             [("Memory", _figure(samples, lambda s: float(s.memory_bytes)))],
             _bytes,
+            KIB,
         ),
         chart(
             "chart-disk",
@@ -122,6 +124,7 @@ def instance_charts(
                 ("written", _figure(samples, lambda s: s.disk_write_bps)),
             ],
             _rate,
+            KIB,
         ),
         chart(
             "chart-network",
@@ -131,6 +134,7 @@ def instance_charts(
                 ("sent", _figure(samples, lambda s: s.net_tx_bps)),
             ],
             _rate,
+            KIB,
         ),
     ]
     return views
