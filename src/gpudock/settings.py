@@ -96,6 +96,36 @@ class Settings(BaseSettings):
         default=10.0, gt=0, description="How often the share watchdog reads GPU memory."
     )
 
+    # -- monitoring ------------------------------------------------------------
+    metrics_interval_s: float = Field(
+        default=10.0,
+        ge=1,
+        le=3600,
+        description="How often each running instance's CPU, memory, disk, network and GPU "
+        "figures are sampled (kept raw a day, as minute averages 30 days, hourly after).",
+    )
+    metrics_disk_interval_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="How often the samples measure disk use (the system disk's costs a "
+        "walk of the container's layer); samples between repeat the last figure.",
+    )
+    metrics_workers: int = Field(
+        default=4, ge=1, le=64, description="Containers read at once by the sampler."
+    )
+    metrics_hour_retention_days: int = Field(
+        default=400,
+        ge=31,
+        description="Hourly averages older than this are deleted (the table stays bounded).",
+    )
+    metrics_bind: str | None = Field(
+        default=None,
+        pattern=r"^[^\s:]+:\d{1,5}$",
+        description="HOST:PORT of a separate listener serving Prometheus' /metrics without "
+        "a token (bind it where only the scraper reaches). Without it /metrics is served on "
+        "the API port to an admin token only.",
+    )
+
     # -- image builds -------------------------------------------------------
     build_cpus: float = Field(
         default=2.0, gt=0, description="CPUs each build step may use (capped at the engine's)."

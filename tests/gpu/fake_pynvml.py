@@ -221,6 +221,22 @@ class c_nvmlProcessInfo_t:  # pynvml's name (its friendly object has the same fi
 
 
 @dataclass
+class c_nvmlUtilization_t:  # pynvml's name
+    gpu: int
+    memory: int
+
+
+@dataclass
+class c_nvmlProcessUtilizationSample_t:  # pynvml's name; timeStamp in µs
+    pid: int
+    timeStamp: int
+    smUtil: int
+    memUtil: int = 0
+    encUtil: int = 0
+    decUtil: int = 0
+
+
+@dataclass
 class nvmlPciInfo_t:  # pynvml's name
     busIdLegacy: bytes
     domain: int
@@ -317,6 +333,12 @@ class FakeNvml(ModuleType):
         self.lost: set[int] = set()  # device indices that answer GPU_IS_LOST
         # compute processes per device index, set by tests (`run_process`)
         self.processes: dict[int, list[c_nvmlProcessInfo_t]] = {}
+        # utilisation per device index (`set_utilisation`), and the driver's
+        # per-process utilisation samples (`sample_process`)
+        self.utilisation: dict[int, int] = {}
+        self.memory_used: dict[int, int] = {}
+        self.process_samples: dict[int, list[c_nvmlProcessUtilizationSample_t]] = {}
+        self.clock_us = 1_000_000
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith(("nvml", "NVML")) and name in ModuleType.__getattribute__(
@@ -352,6 +374,20 @@ class FakeNvml(ModuleType):
         """A compute process on device `index` holding `used_bytes` (None: NVML
         cannot say), as nvmlDeviceGetComputeRunningProcesses will report it."""
         self.processes.setdefault(index, []).append(c_nvmlProcessInfo_t(pid, used_bytes))
+
+    def set_utilisation(self, index: int, percent: int, used_bytes: int | None = None) -> None:
+        """What nvmlDeviceGetUtilizationRates(...).gpu says for device `index`,
+        and (if given) the memory in use nvmlDeviceGetMemoryInfo reports."""
+        self.utilisation[index] = percent
+        if used_bytes is not None:
+            self.memory_used[index] = used_bytes
+
+    def sample_process(self, index: int, pid: int, sm_percent: int) -> None:
+        """One sample of the driver's per-process utilisation buffer, taken now
+        (the fake's clock advances one second per sample)."""
+        self.clock_us += 1_000_000
+        sample = c_nvmlProcessUtilizationSample_t(pid, self.clock_us, sm_percent)
+        self.process_samples.setdefault(index, []).append(sample)
 
     def inject_xid(self, index: int, xid: int) -> None:
         """What the driver does on an Xid: queue an event for registered sets."""
@@ -413,8 +449,28 @@ class FakeNvml(ModuleType):
     def nvmlDeviceGetMemoryInfo(self, handle: object, version: int | None = None) -> Any:
         self._enter("nvmlDeviceGetMemoryInfo")
         gpu = self._device(handle)
-        free = gpu.memory_total - gpu.memory_used
-        return c_nvmlMemory_t(total=gpu.memory_total, free=free, used=gpu.memory_used)
+        assert isinstance(handle, FakeDeviceHandle)
+        used = self.memory_used.get(handle.index, gpu.memory_used)
+        return c_nvmlMemory_t(total=gpu.memory_total, free=gpu.memory_total - used, used=used)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: object) -> c_nvmlUtilization_t:
+        self._enter("nvmlDeviceGetUtilizationRates")
+        self._device(handle)
+        assert isinstance(handle, FakeDeviceHandle)
+        return c_nvmlUtilization_t(gpu=self.utilisation.get(handle.index, 0), memory=0)
+
+    def nvmlDeviceGetProcessUtilization(
+        self, handle: object, timeStamp: int
+    ) -> list[c_nvmlProcessUtilizationSample_t]:
+        """The buffered samples newer than `timeStamp`; as the real call, an
+        error (NVML_ERROR_NOT_FOUND) when there is none."""
+        self._enter("nvmlDeviceGetProcessUtilization")
+        self._device(handle)
+        assert isinstance(handle, FakeDeviceHandle)
+        newer = [s for s in self.process_samples.get(handle.index, []) if s.timeStamp > timeStamp]
+        if not newer:
+            raise NVMLError_NotFound()
+        return newer
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[c_nvmlProcessInfo_t]:
         self._enter("nvmlDeviceGetComputeRunningProcesses")

@@ -81,3 +81,23 @@ def test_memory_excludes_inactive_page_cache_on_cgroup_v1_and_v2() -> None:
         assert stats.cpu_limit == 1.5 and stats.memory_limit_bytes is None
     # What the engine answers for a container that stopped between inspect and stats
     assert stats_of(host, {"read": "0001-01-01T00:00:00Z", "memory_stats": {}}) is None
+
+
+def test_block_io_and_network_counters_add_up_devices_and_interfaces() -> None:
+    blkio = {
+        "io_service_bytes_recursive": [
+            {"major": 8, "minor": 0, "op": "read", "value": 4096},  # cgroup v2
+            {"major": 8, "minor": 0, "op": "write", "value": 100},
+            {"major": 8, "minor": 16, "op": "Read", "value": 1000},  # cgroup v1
+            {"major": 8, "minor": 16, "op": "Total", "value": 5196},
+        ]
+    }
+    networks = {"eth0": {"rx_bytes": 10, "tx_bytes": 20}, "eth1": {"rx_bytes": 1, "tx_bytes": 2}}
+    body = {"read": "2026-01-01T00:00:00Z", "memory_stats": {}, "blkio_stats": blkio}
+    stats = stats_of({}, {**body, "networks": networks})
+    assert stats is not None
+    assert (stats.block_read_bytes, stats.block_write_bytes) == (5096, 100)
+    assert (stats.net_rx_bytes, stats.net_tx_bytes) == (11, 22)
+    # an engine that counts nothing (rootless, or no network): null lists, zeros
+    empty = stats_of({}, {**body, "blkio_stats": {"io_service_bytes_recursive": None}})
+    assert empty is not None and (empty.block_read_bytes, empty.net_rx_bytes) == (0, 0)

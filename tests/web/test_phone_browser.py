@@ -32,6 +32,7 @@ PAGES = [
     "/admin/users",
     "/admin/billing",
     "/admin/reliability",
+    "/admin/utilisation",
 ]
 
 

@@ -11,6 +11,7 @@ from fastapi import APIRouter, FastAPI
 from gpudock import __version__
 from gpudock.api.deps import document_admin_only
 from gpudock.api.errors import error_responses, install_error_handlers
+from gpudock.api.prometheus import serve_on_own_address
 from gpudock.api.ratelimit import HttpGates, RateLimitMiddleware
 from gpudock.api.routers import (
     billing,
@@ -18,6 +19,7 @@ from gpudock.api.routers import (
     health,
     images,
     instances,
+    metrics,
     notifications,
     ssh,
     tokens,
@@ -59,6 +61,8 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if run_reconciler:
             platform.start()
+        bind = platform.ctx.settings.metrics_bind
+        scrape_server = serve_on_own_address(platform.ctx, bind) if bind else None
         started = []  # sidecars (the SSH gateway) share this event loop
         try:
             for sidecar in platform.sidecars:
@@ -68,6 +72,9 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         finally:
             for sidecar in reversed(started):
                 await sidecar.stop()
+            if scrape_server is not None:
+                scrape_server.shutdown()
+                scrape_server.server_close()
             if run_reconciler:
                 platform.stop()
 
@@ -95,10 +102,12 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         ssh.router,
         health.router,
         notifications.router,
+        metrics.router,
     )
     for router in routers:
         api.include_router(router)
     app.include_router(api)
+    app.include_router(metrics.prometheus_router)
     document_admin_only(app, API_PREFIX, routers)
 
     @app.get("/healthz", include_in_schema=False)

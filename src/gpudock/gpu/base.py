@@ -60,6 +60,31 @@ class GpuProcess:
     used_memory_mb: int | None  # None: the driver does not say (NVML_VALUE_NOT_AVAILABLE)
 
 
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU's figures now; None where the driver does not say."""
+
+    gpu_uuid: str
+    utilisation_percent: float | None  # the share of time a kernel ran (NVML's "gpu")
+    memory_used_mb: int | None
+
+
+@dataclass(frozen=True)
+class ProcessReading:
+    """One compute process's part of a GPU (`pid` is the host's)."""
+
+    gpu_uuid: str
+    pid: int
+    used_memory_mb: int | None
+    utilisation_percent: float | None  # SM %, averaged since the last reading; None: no sample
+
+
+@dataclass(frozen=True)
+class GpuUtilisation:
+    gpus: tuple[GpuReading, ...] = ()
+    processes: tuple[ProcessReading, ...] = ()
+
+
 class GpuSource(Protocol):
     def discover(self) -> list[HostInfo]:
         """Return every host this source knows, with its GPUs.
@@ -80,6 +105,14 @@ class GpuSource(Protocol):
         """Return every compute process on this source's GPUs with the GPU
         memory it holds now (a GPU that cannot say contributes none). Fast;
         raises `GpuDiscoveryError` when the source cannot be read."""
+        ...
+
+    def read_utilisation(self) -> GpuUtilisation:
+        """Every GPU's utilisation and memory in use now, and each compute
+        process's part of them (what a share of one GPU is measured by). A
+        source that measures nothing (the simulated fleet) returns empty lists:
+        its figures are modelled by the sampler. Fast; raises
+        `GpuDiscoveryError` when the source cannot be read."""
         ...
 
 

@@ -22,8 +22,11 @@ from gpudock.gpu.base import (
     GpuDiscoveryError,
     GpuInfo,
     GpuProcess,
+    GpuReading,
+    GpuUtilisation,
     HealthEvent,
     HostInfo,
+    ProcessReading,
     canonical_model_name,
 )
 
@@ -86,6 +89,8 @@ class NvmlGpuSource:
         self._nvml = nvml
         self._host_name = host_name
         self._health: _HealthWatch | None = None
+        # per GPU, the newest process-utilisation sample read (NVML's µs clock)
+        self._last_seen_us: dict[str, int] = {}
 
     def poll_health(self, timeout_ms: int) -> list[HealthEvent]:
         """Xid and double-bit ECC events from an NVML event set kept open
@@ -111,6 +116,53 @@ class NvmlGpuSource:
                 for index in range(nvml.nvmlDeviceGetCount())
                 for process in _compute_processes(nvml, index)
             ]
+
+    def read_utilisation(self) -> GpuUtilisation:
+        """nvmlDeviceGetUtilizationRates and the memory in use per GPU; per
+        process, the compute processes' memory and the SM % of the samples
+        NVML took since the last call (nvmlDeviceGetProcessUtilization)."""
+        nvml = self._nvml if self._nvml is not None else _import_pynvml()
+        gpus: list[GpuReading] = []
+        processes: list[ProcessReading] = []
+        with _nvml_session(nvml):
+            for index in range(nvml.nvmlDeviceGetCount()):
+                reading, on_gpu = self._read_gpu_use(nvml, index)
+                gpus.append(reading)
+                processes.extend(on_gpu)
+        return GpuUtilisation(tuple(gpus), tuple(processes))
+
+    def _read_gpu_use(
+        self, nvml: ModuleType, index: int
+    ) -> tuple[GpuReading, list[ProcessReading]]:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        gpu_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        try:
+            utilisation: float | None = float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        except nvml.NVMLError_NotSupported:
+            utilisation = None
+        used_mb = int(nvml.nvmlDeviceGetMemoryInfo(handle).used) // _MIB
+        sm = self._process_sm_percent(nvml, handle, gpu_uuid)
+        processes = [
+            ProcessReading(gpu_uuid, p.pid, p.used_memory_mb, sm.get(p.pid))
+            for p in _compute_processes(nvml, index)
+        ]
+        return GpuReading(gpu_uuid, utilisation, used_mb), processes
+
+    def _process_sm_percent(self, nvml: ModuleType, handle: Any, gpu_uuid: str) -> dict[int, float]:
+        """Mean SM % per PID over the samples newer than the last call's. NVML
+        raises (NotFound, or a bare error) when it has no new sample: no figure."""
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(
+                handle, self._last_seen_us.get(gpu_uuid, 0)
+            )
+        except nvml.NVMLError:
+            return {}
+        by_pid: dict[int, list[int]] = {}
+        for sample in samples:
+            by_pid.setdefault(int(sample.pid), []).append(int(sample.smUtil))
+            newest = max(self._last_seen_us.get(gpu_uuid, 0), int(sample.timeStamp))
+            self._last_seen_us[gpu_uuid] = newest
+        return {pid: sum(values) / len(values) for pid, values in by_pid.items()}
 
     def discover(self) -> list[HostInfo]:
         nvml = self._nvml if self._nvml is not None else _import_pynvml()

@@ -12,7 +12,14 @@ import uuid
 from dataclasses import dataclass
 
 from gpudock.errors import InvalidRequest
-from gpudock.gpu.base import GpuInfo, GpuProcess, HealthEvent, HostInfo
+from gpudock.gpu.base import (
+    GpuInfo,
+    GpuProcess,
+    GpuReading,
+    GpuUtilisation,
+    HealthEvent,
+    HostInfo,
+)
 
 _UUID_NAMESPACE = uuid.UUID("6f1c2a56-1d1e-4b8e-9a52-7c9a0f3b9d10")
 _PART = re.compile(r"^(?P<hosts>\d+)x(?P<gpus>\d+)x(?P<model>[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)$")
@@ -83,6 +90,42 @@ class SimulatedGpuSource:
         """Simulated GPUs run no processes: shares are modelled in placement
         and in the containers' limits, not in memory use."""
         return []
+
+    def read_utilisation(self) -> GpuUtilisation:
+        """Nothing to measure: the sampler models a simulated GPU's figures
+        from its container's real CPU and memory use (`modelled_readings`)."""
+        return GpuUtilisation()
+
+
+def modelled_readings(
+    gpu_uuids: list[str],
+    card_memory_mb: dict[str, int],
+    cpu_percent: float | None,
+    memory_bytes: int,
+    share_milli: int | None = None,
+) -> list[GpuReading]:
+    """What the simulated GPUs of one container report (docs/monitoring.md):
+    one busy CPU core keeps one GPU busy, so each of n GPUs is
+    min(1, cores busy / n) busy; the container's resident memory is spread
+    evenly over its GPUs as their memory in use, capped at the card's. A share
+    of a GPU is busy for its fraction of the card at most, and its memory is
+    capped at that fraction of the card's. No CPU figure yet (the first
+    reading): no utilisation either."""
+    fraction = 1.0 if share_milli is None else share_milli / 1000
+    count = max(len(gpu_uuids), 1)
+    resident_mb = memory_bytes / 2**20 / count
+    readings = []
+    for gpu_uuid in gpu_uuids:
+        busy = None if cpu_percent is None else min(1.0, cpu_percent / 100 / count)
+        capacity_mb = card_memory_mb.get(gpu_uuid, 0) * fraction
+        readings.append(
+            GpuReading(
+                gpu_uuid,
+                None if busy is None else round(100 * busy * fraction, 1),
+                int(min(resident_mb, capacity_mb)),
+            )
+        )
+    return readings
 
 
 def _build_hosts(parts: list[FleetPart]) -> list[HostInfo]:

@@ -16,6 +16,11 @@ must never wait behind it. The two share nothing but the database, and take row
 locks in the same order (instances, then intervals, then accounts), so they can
 run at the same moment; a charge committed twice is impossible either way (each
 posting has an idempotency key).
+
+Sampling (`reconcile.sampling`) has a third thread, every
+`GPUDOCK_METRICS_INTERVAL_S`: it reads every running container from the
+engine. Each pass's last duration is kept in `ctx.pass_durations` (Prometheus
+exports it).
 """
 
 from __future__ import annotations
@@ -43,11 +48,13 @@ from gpudock.reconcile import (
     liveness,
     notifications,
     placement,
+    sampling,
     share_watch,
     system_disks,
 )
 from gpudock.services.context import ServiceContext
 from gpudock.services.leases import release_at_startup
+from gpudock.services.metrics.sampling import SamplerState
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
@@ -67,7 +74,7 @@ class _Pass:
         return self.interval_s is None or now - self.last_run >= self.interval_s
 
 
-def _run_due(passes: list[_Pass], *, isolate: bool) -> None:
+def _run_due(passes: list[_Pass], durations: dict[str, float], *, isolate: bool) -> None:
     now = time.monotonic()
     for due in (p for p in passes if p.due(now)):
         due.last_run = now
@@ -77,6 +84,8 @@ def _run_due(passes: list[_Pass], *, isolate: bool) -> None:
             if not isolate:
                 raise
             log.exception("reconciler pass %r failed", due.name)
+        finally:
+            durations[due.name] = time.monotonic() - due.last_run
 
 
 class Reconciler:
@@ -92,6 +101,8 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._charging_thread: threading.Thread | None = None
         self._notify_thread: threading.Thread | None = None
+        self._metrics_thread: threading.Thread | None = None
+        self.durations = ctx.pass_durations
         health_watch, disk_watch = gpu_health.HealthWatch(), system_disks.DiskWatch()
         shares_watch = share_watch.ShareWatch()
         settings = ctx.settings
@@ -132,6 +143,19 @@ class Reconciler:
                 settings.notify_interval_s,
             ),
         ]
+        sampler_state = SamplerState()
+        self._metrics = [
+            _Pass(
+                "samples",
+                lambda: sampling.sample_pass(ctx, sampler_state),
+                settings.metrics_interval_s,
+            ),
+            _Pass(
+                "downsampling",
+                lambda: sampling.downsample_pass(ctx),
+                sampling.DOWNSAMPLE_INTERVAL_S,
+            ),
+        ]
 
     # -- lifecycle of the loop itself ---------------------------------------
     def start(self) -> None:
@@ -152,11 +176,16 @@ class Reconciler:
             target=self._notify_loop, name="gpudock-notifications", daemon=True
         )
         self._notify_thread.start()
+        self._metrics_thread = threading.Thread(
+            target=self._metrics_loop, name="gpudock-metrics", daemon=True
+        )
+        self._metrics_thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
         self._wake.set()
-        for thread in (self._thread, self._charging_thread, self._notify_thread):
+        threads = (self._thread, self._charging_thread, self._notify_thread, self._metrics_thread)
+        for thread in threads:
             if thread is not None:
                 thread.join(timeout=30)
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -182,23 +211,33 @@ class Reconciler:
             self.notify_tick(isolate=True)
             self._stopping.wait(self._ctx.settings.notify_interval_s)
 
+    def _metrics_loop(self) -> None:
+        while not self._stopping.is_set():
+            self.metrics_tick(isolate=True)
+            self._stopping.wait(min(self._ctx.settings.metrics_interval_s, 1.0))
+
     # -- one round -------------------------------------------------------------
     def tick(self, *, isolate: bool = False) -> None:
         """Run every pass of the placement loop that is due. `isolate`: a failing
         pass is logged and the others still run (the loop); otherwise it raises (tests)."""
-        _run_due(self._passes, isolate=isolate)
+        _run_due(self._passes, self.durations, isolate=isolate)
 
     def charging_tick(self, *, isolate: bool = False) -> None:
         """One round of the charging thread (the charging pass, when due)."""
-        _run_due(self._charging, isolate=isolate)
+        _run_due(self._charging, self.durations, isolate=isolate)
+
+    def metrics_tick(self, *, isolate: bool = False) -> None:
+        """One round of the metrics thread (samples and downsampling, when due)."""
+        _run_due(self._metrics, self.durations, isolate=isolate)
 
     def notify_tick(self, *, isolate: bool = False) -> None:
         """One round of the notifications thread (auto-stops, GPU watches, deliveries)."""
-        _run_due(self._notifying, isolate=isolate)
+        _run_due(self._notifying, self.durations, isolate=isolate)
 
     def make_due(self, *names: str) -> None:
         """Have the named passes run at the next tick, whatever their interval."""
-        known = {p.name: p for p in [*self._passes, *self._charging, *self._notifying]}
+        every = [*self._passes, *self._charging, *self._notifying, *self._metrics]
+        known = {p.name: p for p in every}
         for name in names:
             known[name].last_run = -math.inf
 

@@ -168,6 +168,11 @@ class ContainerStats:
     memory_limit_bytes: int | None  # None: no limit
     pids: int
     read_at: datetime  # when the engine took the reading (UTC)
+    # counters since the container started (0 where the engine does not say)
+    block_read_bytes: int = 0
+    block_write_bytes: int = 0
+    net_rx_bytes: int = 0
+    net_tx_bytes: int = 0
 
 
 class Runtime(Protocol):
@@ -258,6 +263,12 @@ class Runtime(Protocol):
     def writable_layer_bytes(self, container_id: str) -> int | None:
         """What the container wrote outside its volumes (its system disk's use);
         None if it does not exist. Costs a walk of the layer: call it rarely."""
+        ...
+
+    def volume_used_bytes(self, name: str) -> int | None:
+        """What the data volume's file system holds now (as `df` inside the
+        container says), or None: no such volume, or a volume without a file
+        system of its own (its use cannot be told from the host's). Fast."""
         ...
 
     def commit_container(

@@ -46,6 +46,10 @@ class FakeUsage:
     cpu_total_ns: int = 0
     memory_bytes: int = 64 * 2**20
     pids: int = 1
+    block_read_bytes: int = 0
+    block_write_bytes: int = 0
+    net_rx_bytes: int = 0
+    net_tx_bytes: int = 0
 
 
 @dataclass
@@ -348,7 +352,15 @@ class FakeRuntime:
             memory_limit_bytes=container.spec.memory_mb * 2**20,
             pids=usage.pids,
             read_at=self.clock(),
+            block_read_bytes=usage.block_read_bytes,
+            block_write_bytes=usage.block_write_bytes,
+            net_rx_bytes=usage.net_rx_bytes,
+            net_tx_bytes=usage.net_tx_bytes,
         )
+
+    def volume_used_bytes(self, name: str) -> int | None:
+        """`volume_sizes` (what a test wrote there), for a volume that exists."""
+        return self.volume_sizes.get(name, 0) if name in self.volumes else None
 
 
 def _familiar(ref: str) -> str:

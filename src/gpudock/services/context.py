@@ -33,6 +33,9 @@ class ServiceContext:
     lease_owner: str = field(default_factory=lambda: secrets.token_hex(6))
     """Who holds this process's row leases (`services.leases`); the platform
     sets the server's lasting id."""
+    pass_durations: dict[str, float] = field(default_factory=dict)
+    """Seconds each background pass took the last time it ran (the reconciler
+    writes it, Prometheus reads it)."""
 
     def reader(self) -> Session:
         """A session for queries only (no write lock on SQLite)."""

@@ -28,6 +28,7 @@ from gpudock.web.pages import (
     health,
     images,
     instances,
+    metrics,
     notifications,
     ssh_keys,
     terminal,
@@ -117,6 +118,7 @@ def mount_console(app: FastAPI) -> None:
         images.router,
         billing_admin.router,
         health.router,
+        metrics.router,
     ):
         app.include_router(router)
     _mount_terminals(app)

@@ -465,6 +465,34 @@ ZH_CN: dict[str, str] = {
     "Last answer": "最近一次应答",
     "Nothing sent yet.": "还没有发送记录。",
     "delivered": "已送达",
+    # --- monitoring: instance curves, fleet utilisation ---
+    "Monitoring": "监控",
+    "Time window": "时间范围",
+    "last hour": "最近一小时",
+    "last day": "最近一天",
+    "last week": "最近一周",
+    "GPU utilisation": "GPU 利用率",
+    "Disk read / write": "磁盘读 / 写",
+    "Network in / out": "网络收 / 发",
+    "read": "读",
+    "written": "写",
+    "received": "接收",
+    "sent": "发送",
+    "Times in UTC. Older than a day: minute averages; older than 30 days: hour averages.": (
+        "时间为 UTC。一天前的数据为每分钟平均值；30 天前的为每小时平均值。"
+    ),
+    "No samples yet: the curves appear once the instance has run for a sampling interval.": (
+        "还没有采样：实例运行满一个采样间隔后即显示曲线。"
+    ),
+    "Mean utilisation of the GPUs instances held while they held them, from every GPU's "
+    "samples; a share counts as its part of a card.": (
+        "实例占用期间其 GPU 的平均利用率，按每块 GPU 的采样计算；GPU 份额按其所占比例计。"
+    ),
+    "In use now": "当前占用",
+    "Mean utilisation": "平均利用率",
+    "no samples": "无采样",
+    "No GPUs yet.": "还没有 GPU。",
+    # --- end monitoring ---
 }
 
 CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN}

@@ -21,6 +21,7 @@ NAV_ENTRIES = (
     NavEntry("images", "Images", "/images"),
     NavEntry("billing_admin", "Prices & top-ups", "/admin/billing", admin_only=True),
     NavEntry("health", "Reliability", "/admin/reliability", admin_only=True),
+    NavEntry("utilisation", "GPU utilisation", "/admin/utilisation", admin_only=True),
 )
 
 

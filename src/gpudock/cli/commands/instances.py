@@ -12,7 +12,7 @@ from gpudock.api.image_schemas import SavedImagePublic
 from gpudock.api.schemas import InstanceEventPublic, InstancePublic
 from gpudock.cli import output
 from gpudock.cli.client import ApiClient, Query, connect, quoted_path
-from gpudock.cli.commands import auto_stop
+from gpudock.cli.commands import auto_stop, instance_metrics
 from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag
 from gpudock.cli.commands.waiting import DEFAULT_TIMEOUT_S, Waiter
@@ -329,3 +329,8 @@ def save_image(
         style="green",
         note=saved.note,
     )
+
+
+# The monitoring commands live beside, in their own module.
+app.command("top")(instance_metrics.top)
+app.command("metrics")(instance_metrics.metrics)

@@ -12,7 +12,8 @@ MiB]` pair per GPU in the container's order (the order `nvidia-smi` shows
 inside it): a row per GPU would triple the table for the common one-GPU
 instance, and nothing queries one GPU across instances.
 `gpu_utilisation_max` is the largest of them, kept apart because the idle
-stop and the fleet page ask for it alone.
+stop asks for it alone; `gpu_utilisation_mean` their mean, for the fleet
+page's utilisation per model and host.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class InstanceSampleModel(Base):
     net_tx_bps: Mapped[float | None] = mapped_column(Float, nullable=True)
     gpu_utilisation_max: Mapped[float | None] = mapped_column(
         Float, nullable=True, comment="the busiest GPU's utilisation %; None: no GPU figure"
+    )
+    gpu_utilisation_mean: Mapped[float | None] = mapped_column(
+        Float, nullable=True, comment="the mean over its GPUs' utilisation %; None: no GPU figure"
     )
     gpus: Mapped[str] = mapped_column(
         Text, default="[]", comment="JSON: [[utilisation %|null, memory MiB|null], ...] per GPU"

@@ -205,6 +205,9 @@ class DockerRuntime:
     def writable_layer_bytes(self, container_id: str) -> int | None:
         return self._containers.writable_layer_bytes(container_id)
 
+    def volume_used_bytes(self, name: str) -> int | None:
+        return self._volumes.used_bytes(name)
+
     def exec_in_container(self, container_id: str, command: list[str]) -> ExecResult:
         return self._containers.exec(container_id, command)
 

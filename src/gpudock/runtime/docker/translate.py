@@ -157,7 +157,23 @@ def stats_of(host_config: dict[str, Any], stats: dict[str, Any]) -> ContainerSta
         memory_limit_bytes=int(host_config.get("Memory") or 0) or None,
         pids=int((stats.get("pids_stats") or {}).get("current") or 0),
         read_at=read_at,
+        block_read_bytes=_block_bytes(stats, "read"),
+        block_write_bytes=_block_bytes(stats, "write"),
+        net_rx_bytes=_network_bytes(stats, "rx_bytes"),
+        net_tx_bytes=_network_bytes(stats, "tx_bytes"),
     )
+
+
+def _block_bytes(stats: dict[str, Any], op: str) -> int:
+    """Bytes read or written on every block device (cgroup v1 says "Read",
+    v2 "read"); null on engines that do not count."""
+    entries = (stats.get("blkio_stats") or {}).get("io_service_bytes_recursive") or []
+    return sum(int(e.get("value") or 0) for e in entries if str(e.get("op", "")).lower() == op)
+
+
+def _network_bytes(stats: dict[str, Any], key: str) -> int:
+    networks = stats.get("networks") or {}
+    return sum(int((interface or {}).get(key) or 0) for interface in networks.values())
 
 
 def _cpu_limit(host_config: dict[str, Any]) -> float | None:

@@ -81,6 +81,11 @@ class DockerVolumes:
         if self._loop is not None:
             self._loop.ensure_mounted(name)
 
+    def used_bytes(self, name: str) -> int | None:
+        """A size-limited volume's file system use; plain volumes share the
+        host's file system, so theirs cannot be told apart (None)."""
+        return self._loop.used_bytes(name) if self._loop is not None else None
+
     def remove(self, name: str) -> None:
         with translated(f"remove volume {name}"), contextlib.suppress(docker.errors.NotFound):
             self._api.remove_volume(name, force=True)
@@ -261,6 +266,18 @@ class LoopVolumes:
             image = self._root / f"{name}.img"
             if image.exists():
                 self._mount(name, image)
+
+    def used_bytes(self, name: str) -> int | None:
+        """Blocks in use on the mounted file system (what `df` says); None when
+        it is not mounted here (no such volume, or a plain one)."""
+        mountpoint = self._root / name
+        if not os.path.ismount(mountpoint):
+            return None
+        try:
+            fs = os.statvfs(mountpoint)
+        except OSError:
+            return None
+        return (fs.f_blocks - fs.f_bfree) * fs.f_frsize
 
     def remove(self, name: str) -> None:
         """Unmount and delete the volume's file system; silent if there is none.

@@ -43,6 +43,11 @@ class Sample:
         known = [g.utilisation_percent for g in self.gpus if g.utilisation_percent is not None]
         return max(known) if known else None
 
+    @property
+    def gpu_utilisation_mean(self) -> float | None:
+        known = [g.utilisation_percent for g in self.gpus if g.utilisation_percent is not None]
+        return sum(known) / len(known) if known else None
+
 
 def encode_gpus(gpus: tuple[GpuFigure, ...]) -> str:
     return json.dumps(
@@ -69,6 +74,7 @@ def row_of(sample: Sample) -> InstanceSampleModel:
         net_rx_bps=sample.net_rx_bps,
         net_tx_bps=sample.net_tx_bps,
         gpu_utilisation_max=sample.gpu_utilisation_max,
+        gpu_utilisation_mean=sample.gpu_utilisation_mean,
         gpus=encode_gpus(sample.gpus),
     )
 

@@ -67,6 +67,12 @@ def upgrade() -> None:
             comment="the busiest GPU's utilisation %; None: no GPU figure",
         ),
         sa.Column(
+            "gpu_utilisation_mean",
+            sa.Float(),
+            nullable=True,
+            comment="the mean over its GPUs' utilisation %; None: no GPU figure",
+        ),
+        sa.Column(
             "gpus",
             sa.Text(),
             nullable=False,
