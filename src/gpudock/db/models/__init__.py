@@ -40,6 +40,7 @@ from gpudock.db.models.instances import (
     InstanceModel,
     InstanceStatus,
 )
+from gpudock.db.models.services import InstanceServiceModel, ServiceLinkModel
 from gpudock.db.models.ssh import SshKeyModel, SshSessionModel, SshSessionOutcome
 
 __all__ = [
@@ -60,9 +61,11 @@ __all__ = [
     "ImageModel",
     "InstanceEventModel",
     "InstanceModel",
+    "InstanceServiceModel",
     "InstanceStatus",
     "MetaModel",
     "MigrationModel",
+    "ServiceLinkModel",
     "SshKeyModel",
     "SshSessionModel",
     "SshSessionOutcome",

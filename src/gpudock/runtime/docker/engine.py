@@ -27,6 +27,7 @@ from gpudock.runtime.base import (
     ImageInfo,
     ImageNotFound,
     NetworkState,
+    PortSocket,
     VolumeState,
 )
 from gpudock.runtime.docker import checks
@@ -39,6 +40,7 @@ from gpudock.runtime.docker.containers import (
 from gpudock.runtime.docker.exec import ExecStreams, engine_is_local
 from gpudock.runtime.docker.images import DockerImages
 from gpudock.runtime.docker.networks import DockerNetworks, HostFirewall, is_tenant_network
+from gpudock.runtime.docker.ports import ContainerPorts
 from gpudock.runtime.docker.translate import translated
 from gpudock.runtime.docker.volumes import DockerVolumes, LoopVolumes
 
@@ -86,6 +88,7 @@ class DockerRuntime:
         local = engine_is_local(base_url)
         self._local = local
         self._exec_streams = ExecStreams(self._api, local=local)
+        self._ports = ContainerPorts(self._api, local=local, owner_of_pid=container_of_pid)
         firewall = HostFirewall() if host_firewall and local else None
         if firewall is not None and firewall.install():
             firewall.cover_bridges(self._networks.tenant_bridges())
@@ -246,6 +249,10 @@ class DockerRuntime:
 
     def list_networks(self, labels: dict[str, str]) -> list[NetworkState]:
         return self._networks.with_labels(labels)
+
+    # -- service URLs (the HTTP proxy) -------------------------------
+    def port_socket(self, container_id: str, port: int) -> PortSocket:
+        return self._ports.socket_for(container_id, port)
 
     # -- exec streams (the SSH gateway) -------------------------------
     def open_exec_stream(
