@@ -12,7 +12,18 @@ from gpudock import __version__
 from gpudock.api.deps import document_admin_only
 from gpudock.api.errors import error_responses, install_error_handlers
 from gpudock.api.ratelimit import HttpGates, RateLimitMiddleware
-from gpudock.api.routers import billing, gpus, health, images, instances, ssh, tokens, users
+from gpudock.api.routers import (
+    billing,
+    gpus,
+    health,
+    images,
+    instances,
+    services,
+    ssh,
+    tokens,
+    users,
+)
+from gpudock.proxy.app import ServiceProxy
 from gpudock.services.context import ServiceContext
 from gpudock.web.console import mount_console
 
@@ -79,6 +90,7 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         tokens.router,
         gpus.router,
         instances.router,
+        services.router,
         images.router,
         images.instance_router,
         billing.router,
@@ -95,5 +107,6 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         return {"status": "ok"}
 
     mount_console(app)  # the web console at /; the API stays under /api/v1
+    app.add_middleware(ServiceProxy, ctx=platform.ctx)  # /i/… and service hosts, first
 
     return app

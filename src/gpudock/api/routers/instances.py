@@ -85,6 +85,7 @@ def _request_from(body: InstanceCreateRequest) -> InstanceRequest:
     fields = body.model_dump()
     share = fields.pop("gpu_share")
     fields["gpu_models"] = tuple(fields["gpu_models"])
+    fields["services"] = tuple(fields["services"].items())
     return InstanceRequest(**fields, gpu_share=None if share is None else Decimal(repr(share)))
 
 

@@ -45,3 +45,6 @@ class ServiceLinkModel(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    expires_at: Mapped[datetime | None] = mapped_column(
+        UTCDateTime, nullable=True, comment="None: until revoked (a link the owner copied)"
+    )

@@ -29,7 +29,7 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
-from gpudock.services.instances import sizing
+from gpudock.services.instances import published, sizing
 from gpudock.services.instances.status import (
     S,
     is_leased,
@@ -59,6 +59,7 @@ class InstanceRequest:
     gpu_share: Decimal | None = None  # a fraction of one card …
     gpu_memory_gb: int | None = None  # … or GB of its memory: a share of one GPU
     gpu_models: tuple[str, ...] = ()  # acceptable besides gpu_model
+    services: tuple[tuple[str, int], ...] = ()  # ports to publish (name, port)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ def create_instance(
     # May ask a registry: outside any transaction.
     image = image_access.resolve(ctx, user, request.image or ctx.settings.default_image).reference
     unchecked = images.preflight(ctx, user, image, request.gpu_model)  # driver/arch fit
+    entry = images.find_image(ctx, user, image)
+    services = (*(entry.services if entry else ()), *request.services)
     instance_id = "i-" + secrets.token_hex(5)
     name = request.name or instance_id
     if not _NAME.match(name):
@@ -117,8 +120,11 @@ def create_instance(
                 updated_at=now,
                 queued_at=now,
                 placed=False,
+                service_token=secrets.token_urlsafe(32),
             )
             session.add(instance)
+            session.flush()
+            published.add_services(session, instance_id, services, now)
             switch_instance_status(session, instance, S.PENDING, "waiting for placement", now)
             if unchecked:
                 record_instance_note(session, instance, unchecked, now)

@@ -63,6 +63,12 @@ def upgrade() -> None:
         sa.Column("token_hash", sa.String(length=64), nullable=False, unique=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column(
+            "expires_at",
+            sa.DateTime(timezone=True),
+            nullable=True,
+            comment="None: until revoked (a link the owner copied)",
+        ),
     )
     op.create_index("ix_service_links_service_id", "service_links", ["service_id"])
 
