@@ -123,9 +123,8 @@ def create_instance(
                 service_token=secrets.token_urlsafe(32),
             )
             session.add(instance)
-            session.flush()
-            published.add_services(session, instance_id, services, now)
             switch_instance_status(session, instance, S.PENDING, "waiting for placement", now)
+            published.add_services(session, instance_id, services, now)
             if unchecked:
                 record_instance_note(session, instance, unchecked, now)
     except IntegrityError as exc:
