@@ -43,6 +43,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "SaveImageRequest": {"name": "stolen:v1"},
     "PasswordSetRequest": {"password": "correct horse battery"},
     "UserDisableRequest": {"reason": "swept"},
+    "ServiceExposeRequest": {"name": "stolen", "port": 8000},
 }
 
 

@@ -126,7 +126,10 @@ def test_a_link_opens_the_service_until_it_is_revoked(stage: Stage) -> None:
         assert link.startswith(stage.service_url() + "?gpudock_token=gps_")
         with httpx.Client() as friend:
             first = friend.get(link)
-            assert first.status_code == 303 and first.headers["location"] == f"/i/{stage.instance_id}/app/"
+            assert (
+                first.status_code == 303
+                and first.headers["location"] == f"/i/{stage.instance_id}/app/"
+            )
             assert "gpudock_link=" in first.headers["set-cookie"]
             assert friend.get(stage.service_url()).status_code == 200
             assert "gps_" not in friend.get(stage.service_url()).json()["headers"].get("cookie", "")

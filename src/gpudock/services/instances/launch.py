@@ -40,10 +40,10 @@ def _service_token(ctx: ServiceContext, instance: InstanceModel) -> str:
 
 
 def start_service(ctx: ServiceContext, user: UserModel, ref: str, name: str) -> PublishedService:
+    instance = actions.get_instance(ctx, user, ref)  # another tenant's: 404 before all else
     if name not in BUILTIN_PORTS:
         known = " or ".join(sorted(BUILTIN_PORTS))
         raise InvalidRequest(f"gpudock starts {known}, not {name!r}", field="name")
-    instance = actions.get_instance(ctx, user, ref)
     if instance.status != S.RUNNING or not instance.container_id:
         raise Conflict(
             f"instance {instance.name} is {instance.status.value}: "
