@@ -319,3 +319,11 @@ def save_image(
         style="green",
         note=saved.note,
     )
+
+
+# Service URLs live in their own module; `gpudock instances` lists them.
+from gpudock.cli.commands import services as _service_commands  # noqa: E402
+
+app.command("services")(_service_commands.services)
+app.command("expose")(_service_commands.expose)
+app.command("revoke-links")(_service_commands.revoke_links)
