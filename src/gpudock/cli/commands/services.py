@@ -71,8 +71,9 @@ def open_service(
         bool, typer.Option("--browser", help="Open it in this machine's web browser too.")
     ] = False,
 ) -> None:
-    """Print a service's URL with a new link token (anyone holding it gets in
-    until `gpudock instances revoke-links`)."""
+    """Print an instance's service URL (JupyterLab…) with a new link token.
+
+    Anyone holding the link gets in until `gpudock instances revoke-links`."""
     name = service or _default_service(ref)
     with connect() as client:
         link = client.post(
