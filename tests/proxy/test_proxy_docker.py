@@ -25,7 +25,7 @@ from gpudock.services.instances import actions, launch
 from gpudock.services.instances.actions import InstanceRequest
 from tests.support.platforms import PlatformFactory
 from tests.support.sshgw import wait_for
-from tests.support.web import CHEAP, PASSWORD, csrf_of
+from tests.support.web import CHEAP, PASSWORD, csrf_of, log_in
 from tests.web.browser import serve
 
 pytestmark = pytest.mark.docker
@@ -141,8 +141,10 @@ def _execute(msg_id: str, code: str) -> dict[str, object]:
 def test_start_jupyter_on_an_image_without_it_says_what_is_missing(
     docker_platform_factory: PlatformFactory, engine: docker.DockerClient
 ) -> None:
+    logins.configure_hashing(CHEAP)
     platform = docker_platform_factory(stop_timeout_s=1)
     alice = users.create_user(platform.ctx, "alice")
+    logins.set_password(platform.ctx, "alice", PASSWORD)
     request = InstanceRequest(gpu_model=None, gpu_count=0, name="plain")
     created = actions.create_instance(platform.ctx, alice.user, request)
     for _ in range(200):
@@ -155,3 +157,6 @@ def test_start_jupyter_on_an_image_without_it_says_what_is_missing(
 
     with pytest.raises(Conflict, match=r"missing: jupyter-lab is not on PATH.*installs nothing"):
         launch.start_service(platform.ctx, alice.user, "plain", "jupyter")
+    card = log_in(platform, "alice").post(f"/instances/{created.id}/services/jupyter/start")
+    assert card.status_code == 200  # the console's card says it where the button was
+    assert "jupyter-lab is not on PATH" in card.text and 'id="services-error"' in card.text

@@ -23,6 +23,7 @@ from gpudock.web.pages import (
     health,
     images,
     instances,
+    services,
     ssh_keys,
     tokens,
 )
@@ -81,5 +82,6 @@ def mount_console(app: FastAPI) -> None:
         images.router,
         billing_admin.router,
         health.router,
+        services.router,
     ):
         app.include_router(router)
