@@ -177,6 +177,8 @@ def test_a_port_nobody_serves_and_a_stopped_instance_say_so(stage: Stage) -> Non
     assert exposed.status_code == 201, exposed.text
     closed = alice.get(stage.service_url("other"))
     assert closed.status_code == 502 and "nothing answers on port 9" in closed.text
+    page = alice.get(stage.service_url("other"), headers={"accept": "text/html"})
+    assert page.status_code == 502 and 'http-equiv="refresh"' in page.text  # still starting?
     actions.stop_instance(stage.platform.ctx, stage.people["alice"].user, "nb")
     stopped = alice.get(stage.service_url())
     assert stopped.status_code == 409 and "gpudock instances start nb" in stopped.text

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import logging
 from collections.abc import AsyncIterator, Coroutine
 from datetime import timedelta
@@ -236,6 +237,9 @@ class ServiceProxy:
         if isinstance(exc, Unauthenticated) and _wants_page(conn):
             await _redirect(send, self._login_url(conn, addressed))
             return
+        if isinstance(exc, ServiceUnreachable) and _wants_page(conn):
+            await _retrying_page(send, exc)
+            return
         extra = []
         if isinstance(exc, RateLimited):
             extra.append(("retry-after", str(exc.retry_after_s)))
@@ -325,6 +329,18 @@ async def _text(send: Send, status: int, message: str, extra: list[tuple[str, st
         (message + "\n").encode(),
         [("content-type", "text/plain; charset=utf-8"), *extra],
     )
+
+
+async def _retrying_page(send: Send, exc: GpudockError) -> None:
+    """A page a browser reloads every few seconds: a service that is still
+    starting (JupyterLab takes a while) opens by itself once it answers."""
+    body = (
+        '<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="3">'
+        f"<title>Waiting for the service</title><p>{html.escape(exc.message)}</p>"
+        "<p>This page tries again every 3 seconds.</p>"
+    ).encode()
+    headers = [("content-type", "text/html; charset=utf-8"), ("cache-control", "no-store")]
+    await _respond(send, exc.http_status, body, headers)
 
 
 async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[str, str]]) -> None:
