@@ -33,11 +33,11 @@ from gpudock.errors import GpudockError, NotFound, RateLimited, RuntimeFailure, 
 from gpudock.proxy import headers as crossing
 from gpudock.proxy import websocket
 from gpudock.proxy.access import LINK_COOKIE, Addressed, Gatekeeper, from_host, from_path
+from gpudock.proxy.rates import AddressRates
 from gpudock.proxy.upstream import Upstream, open_port
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import published
 from gpudock.services.instances.published import ProxyTarget
-from gpudock.services.rate_limits import RateGate
 
 log = logging.getLogger(__name__)
 SESSION_COOKIE = "gpudock_session"  # the console's (web.deps), read here too
@@ -54,7 +54,7 @@ class ServiceProxy:
         self._upstream = Upstream(ctx.runtime, self._idle)
         self._access = Gatekeeper(ctx)
         self._gate = (
-            RateGate(
+            AddressRates(
                 "requests to service URLs from one address", settings.rate_limit_service_address
             )
             if settings.rate_limits_enabled
@@ -82,7 +82,7 @@ class ServiceProxy:
     ) -> None:
         if self._gate is not None:
             address = conn.client.host if conn.client else "unknown"
-            self._gate.check(address, address)
+            self._gate.check(address)
         link = conn.query_params.get(published.LINK_PARAMETER)
         if link is not None and conn.scope["type"] == "http":
             await self._first_visit(conn, send, addressed, link)

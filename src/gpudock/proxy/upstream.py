@@ -27,6 +27,10 @@ from gpudock.runtime.base import Runtime
 
 CONNECT_TIMEOUT_S = 10.0
 SOCKET_BUFFER = 1 << 20
+# httpcore asks for 64 KiB a read; h11 takes any amount, and on a download each
+# read is a turn through httpcore, h11, the ASGI server and the event loop, so
+# a read takes whatever has arrived, up to this.
+READ_SIZE = 1 << 20
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -53,7 +57,7 @@ class SocketStream(httpcore.AsyncNetworkStream):
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         try:
             async with asyncio.timeout(timeout):
-                return await self._loop.sock_recv(self._sock, max_bytes)
+                return await self._loop.sock_recv(self._sock, max(max_bytes, READ_SIZE))
         except TimeoutError as exc:
             raise httpcore.ReadTimeout(f"nothing from the instance for {timeout} s") from exc
         except OSError as exc:
