@@ -28,3 +28,8 @@ def test_expose_list_open_and_revoke(gpudock: Invoke, unique: Callable[[str], st
     assert wrong.exit_code != 0 and "bad service name 'App-1'" in wrong.output
     missing = gpudock("open", name, "nope")
     assert missing.exit_code != 0 and "no service 'nope'" in missing.output
+    removed = gpudock("instances", "unexpose", name, "app")
+    assert removed.exit_code == 0 and "no longer publishes app" in removed.output
+    again = gpudock("instances", "unexpose", name, "app")
+    assert again.exit_code != 0 and "no service 'app'" in again.output
+    assert json.loads(gpudock("instances", "services", name, "--json").output) == []

@@ -326,4 +326,5 @@ from gpudock.cli.commands import services as _service_commands  # noqa: E402
 
 app.command("services")(_service_commands.services)
 app.command("expose")(_service_commands.expose)
+app.command("unexpose")(_service_commands.unexpose)
 app.command("revoke-links")(_service_commands.revoke_links)

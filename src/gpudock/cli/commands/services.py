@@ -1,5 +1,6 @@
 """Service URLs from the command line: `gpudock instances services NAME`,
-`gpudock instances expose NAME PORT --name N` and `gpudock open NAME [SERVICE]`."""
+`gpudock instances expose NAME PORT --name N`, `gpudock instances unexpose NAME
+SERVICE` and `gpudock open NAME [SERVICE]`."""
 
 from __future__ import annotations
 
@@ -98,6 +99,13 @@ def _default_service(ref: str) -> str:
     raise CliError(
         f"{ref} publishes {', '.join(names)}: name one", hint=f"gpudock open {ref} SERVICE"
     )
+
+
+def unexpose(ref: RefArg, service: Annotated[str, typer.Argument(metavar="SERVICE")]) -> None:
+    """Stop publishing the service; its URL and links stop working."""
+    with connect() as client:
+        client.delete_empty(quoted_path("instances", ref, "services", service))
+    output.print_message(f"{ref} no longer publishes {service}")
 
 
 def revoke_links(ref: RefArg, service: Annotated[str, typer.Argument(metavar="SERVICE")]) -> None:

@@ -35,6 +35,7 @@ from gpudock.images.catalog import SERVICES_IMAGE
 BASE_PYTHON = "3.11"  # Debian bookworm's
 REQUIREMENTS = ("jupyterlab>=4.2,<5", "tensorboard>=2.17,<3", "pip")
 RECIPE_LABEL = "org.gpudock.services-recipe"
+RECIPE_REVISION = "2"  # how the image is built changed (its labels): rebuild
 SERVICES_LABEL = "org.gpudock.services"
 VENV = "/opt/gpudock-services"
 LAUNCHER_PATH = "/usr/local/bin/gpudock-service"
@@ -73,7 +74,14 @@ def _quoted(words: tuple[str, ...]) -> list[str]:
 
 def recipe_digest(base_image_id: str) -> str:
     """What the image is made of: the base image, the requirements, the scripts."""
-    parts = [base_image_id, *REQUIREMENTS, launcher_script(), _init_script(), platform.machine()]
+    parts = [
+        base_image_id,
+        *REQUIREMENTS,
+        launcher_script(),
+        _init_script(),
+        platform.machine(),
+        RECIPE_REVISION,
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 

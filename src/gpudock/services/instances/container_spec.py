@@ -6,6 +6,7 @@ import json
 
 from gpudock.db.models import HostModel, InstanceModel
 from gpudock.runtime.base import (
+    LABEL_BUILD,
     LABEL_CLUSTER,
     LABEL_GPUS,
     LABEL_HOST,
@@ -56,6 +57,9 @@ def instance_labels(cluster_id: str, instance: InstanceModel) -> dict[str, str]:
         **cluster_labels(cluster_id),
         LABEL_INSTANCE: instance.id,
         LABEL_OWNER: instance.user_id,
+        # Images gpudock built before their build labels were emptied pass them
+        # on; an instance's container is no build step's.
+        LABEL_BUILD: "",
     }
 
 
