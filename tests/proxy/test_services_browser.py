@@ -19,6 +19,7 @@ from gpudock.db.models import InstanceModel, InstanceStatus
 from gpudock.images.base_image import BASE_IMAGE
 from gpudock.images.service_image import SERVICES_IMAGE, build_services_image
 from gpudock.platform import Platform
+from gpudock.reconcile.garbage import collect_garbage
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.services.accounts import logins, users
 from gpudock.services.instances import actions
@@ -121,7 +122,13 @@ def test_jupyterlab_and_tensorboard_in_the_browser_through_the_proxy(
         _run_cell(page, "print('still', 7 * 6)", "still 42")
         assert not kernel.is_closed() and any("still" in frame for frame in sent)
 
+        # An image gpudock built passes on no build labels: the start-up garbage
+        # pass once took its instances for a crashed build's steps.
+        labels = engine.images.get(SERVICES_IMAGE).labels
+        assert not labels.get("gpudock.build") and not labels.get("gpudock.managed")
+        collect_garbage(platform.ctx, at_startup=True)
         container = engine.containers.get(_container_of(platform, instance_id))
+        assert container.status == "running"
         logged = container.exec_run(["/opt/gpudock-services/bin/python", "-c", LOG_SCALAR])
         assert logged.exit_code == 0, logged.output
         board = context.new_page()  # the same login, a second tab
