@@ -433,6 +433,7 @@ ZH_CN: dict[str, str] = {
         "若镜像中有 JupyterLab 则启动它；gpudock 不会向你的镜像安装任何东西。"
     ),
     "Publish port": "发布端口",
+    "Publish a port": "发布一个端口",
     # --- end service URLs ---
 }
 
