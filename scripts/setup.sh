@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install and start what gpudock needs on a Debian machine, as root. Idempotent.
 #   scripts/setup.sh            Docker Engine, debootstrap, the Python venv, the base image
-#   scripts/setup.sh --tests    the same plus PostgreSQL and the OpenSSH client for the suite
+#   scripts/setup.sh --tests    the same plus PostgreSQL, the OpenSSH client, Chromium and the
+#                               services image (JupyterLab, TensorBoard) for the suite
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,3 +70,10 @@ fi
 
 echo "==> base image"
 .venv/bin/gpudock images build-base
+
+if [ $with_tests = 1 ]; then
+    # JupyterLab and TensorBoard for the service-URL tests; reused while the base
+    # image and the recipe are the same, the wheels cached under ~/.cache/gpudock.
+    echo "==> services image"
+    .venv/bin/gpudock images build-services
+fi

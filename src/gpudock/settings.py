@@ -200,6 +200,26 @@ class Settings(BaseSettings):
         default=12.0, gt=0, le=24 * 30, description="How long a console login lasts (hours)."
     )
 
+    # -- service URLs (the HTTP proxy into instances) -------------
+    service_domain: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$",
+        description="Serve each published port at http(s)://<service>-<instance id>.<domain>/ "
+        "(needs wildcard DNS for *.<domain> pointing here); unset: at /i/<instance>/<service>/.",
+    )
+    service_idle_timeout_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="A proxied connection on which nothing has moved for this long is closed "
+        "(WebSocket ends are pinged, so a live one never idles); active streams are never cut.",
+    )
+    service_auth_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long the proxy trusts one credential check (a revoked link or a "
+        "logged-out session stops working within this many seconds).",
+    )
+
     # -- SSH gateway ----------------------------------------------
     ssh_enabled: bool = Field(
         default=True, description="Run the SSH gateway inside `gpudock server`."
@@ -243,6 +263,10 @@ class Settings(BaseSettings):
     rate_limit_login_address: str = Field(
         default="20/minute;200/hour",
         description="Web console login attempts (POST /login) per client address.",
+    )
+    rate_limit_service_address: str = Field(
+        default="300/second;9000/minute",
+        description="Requests to service URLs (the proxy into instances) per client address.",
     )
     rate_limit_ssh_address: str = Field(
         default="30/minute;600/hour",
@@ -354,6 +378,7 @@ class Settings(BaseSettings):
         "rate_limit_api_token",
         "rate_limit_api_address",
         "rate_limit_login_address",
+        "rate_limit_service_address",
         "rate_limit_ssh_address",
         "rate_limit_ssh_key",
         "rate_limit_terminal_address",

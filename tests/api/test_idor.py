@@ -45,6 +45,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "PasswordSetRequest": {"password": "correct horse battery"},
     "UserDisableRequest": {"reason": "swept"},
     "AutoStopRequest": {"idle_after_s": 1800},
+    "ServiceExposeRequest": {"name": "stolen", "port": 8000},
 }
 
 

@@ -327,3 +327,10 @@ def test_an_unreachable_registry_is_not_called_an_unknown_image(
     )
     assert missing.status_code == 422 and "unknown image" in missing.text
     assert "registry does not have it" in missing.text
+    services = client.post(
+        f"{API}/instances",
+        json={"gpu_count": 0, "image": "gpudock/jupyter:bookworm"},
+        headers=alice.headers,
+    )
+    assert services.status_code == 422  # built on the host: no registry is asked
+    assert "`gpudock images build-services` once" in services.json()["error"]["message"]

@@ -21,10 +21,12 @@ from gpudock.api.routers import (
     instances,
     metrics,
     notifications,
+    services,
     ssh,
     tokens,
     users,
 )
+from gpudock.proxy.app import ServiceProxy
 from gpudock.services.context import ServiceContext
 from gpudock.web.console import mount_console
 
@@ -96,6 +98,7 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         tokens.router,
         gpus.router,
         instances.router,
+        services.router,
         images.router,
         images.instance_router,
         billing.router,
@@ -115,5 +118,6 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         return {"status": "ok"}
 
     mount_console(app)  # the web console at /; the API stays under /api/v1
+    app.add_middleware(ServiceProxy, ctx=platform.ctx)  # /i/… and service hosts, first
 
     return app

@@ -304,6 +304,15 @@ class InstanceCreateRequest(BaseModel):
     auto_stop: AutoStopRequest | None = Field(
         default=None, description="Stop by itself when idle, at a time, or when it exits"
     )
+    services: dict[
+        Annotated[str, Field(min_length=1, max_length=15)], Annotated[int, Field(ge=1, le=65535)]
+    ] = Field(
+        default_factory=dict,
+        max_length=16,
+        examples=[{"app": 8000}],
+        description="Ports to publish as service URLs, by name (besides those the image "
+        "publishes itself: jupyter and tensorboard on gpudock/jupyter:bookworm).",
+    )
 
 
 class InstanceQueuePublic(BaseModel):

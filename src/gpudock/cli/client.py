@@ -154,6 +154,10 @@ class ApiClient:
         """GET a non-JSON answer (e.g. CSV) as text."""
         return self._send("GET", path, None, params=params).text
 
+    def delete_empty(self, path: str) -> None:
+        """DELETE whose answer is a 204 with no body."""
+        self._send("DELETE", path, None)
+
     def _send(
         self,
         method: str,

@@ -56,6 +56,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "ssh_config",
         "Print ~/.ssh/config entries for your instances (append them: >> ~/.ssh/config).",
     ),
+    "open": LazyCommand(
+        "services",
+        "open_service",
+        "Print an instance's service URL (JupyterLab…) with a new link token.",
+    ),
     "doctor": LazyCommand(
         "doctor", "doctor", "Diagnose driver, GPUs, CUDA and torch; exit 1 when problems are found."
     ),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from gpudock.images import compat
 
 PUBLIC, PRIVATE = "public", "private"
+SERVICES_IMAGE = "gpudock/jupyter:bookworm"  # built by gpudock.images.service_image
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class ImageSpec:
     owner_id: str | None = None
     id: str | None = None  # None for built-in entries
     on_host: bool | None = None  # on the engine now; None: not asked
+    services: tuple[tuple[str, int], ...] = ()  # ports published on every instance of it
 
     def verdict(self, driver: str | None, cc: str | None) -> compat.Verdict:
         """Can this image run on a GPU of capability `cc` with driver `driver`?
@@ -101,6 +103,16 @@ def builtin_images(base_image: str) -> list[ImageSpec]:
             "Runs on any GPU; install a torch wheel that fits (`gpudock-doctor` says which).",
             os="Debian 12",
             python="3.11",
+        ),
+        ImageSpec(
+            reference=SERVICES_IMAGE,
+            name="JupyterLab + TensorBoard (Debian bookworm)",
+            description="The base image with JupyterLab and TensorBoard, started with the "
+            "instance and opened from the console (logs in /root/data/tensorboard). "
+            "Built locally: `gpudock images build-services`.",
+            os="Debian 12",
+            python="3.11",
+            services=(("jupyter", 8888), ("tensorboard", 6006)),
         ),
         _torch("2.1.2", "11.8", "8", "3.10", "Ubuntu 22.04"),
         _torch("2.4.1", "12.4", "9", "3.11", "Ubuntu 22.04"),

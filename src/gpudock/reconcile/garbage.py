@@ -48,7 +48,7 @@ def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
         kept_volumes = _volumes_in_use(ctx, session, live_rows)
     removed = 0
     for container in found_containers:
-        if LABEL_BUILD in container.labels or LABEL_CHECK in container.labels:
+        if container.labels.get(LABEL_BUILD) or LABEL_CHECK in container.labels:
             removed += _collect_throwaway(ctx, container, at_startup)
             continue
         owner = container.labels.get("gpudock.instance")

@@ -334,6 +334,14 @@ class Runtime(Protocol):
         """The exec's exit code once its process has ended; None while it runs."""
         ...
 
+    # -- service URLs (the HTTP proxy) ----------------------------------
+    def port_socket(self, container_id: str, port: int) -> PortSocket:
+        """A new TCP socket from which `port` inside the running container is
+        reachable, not yet connected, and the address to connect it to. The
+        caller owns the socket. Blocks (an engine call at most); `RuntimeFailure`
+        if the container is not running."""
+        ...
+
     # -- data moves (migration) -----------------------------------------
     def copy_volume(
         self,
@@ -368,6 +376,15 @@ class Runtime(Protocol):
         (as NVML reports it), or None: in no container, gone, or this engine's
         processes cannot be seen from here (a remote engine). Fast: no engine call."""
         ...
+
+
+@dataclass
+class PortSocket:
+    """See `Runtime.port_socket`: `sock` is blocking and unconnected; connect it
+    to `address`."""
+
+    sock: socket.socket
+    address: tuple[str, int]
 
 
 # -- exec streams (the SSH gateway) -----------------------------------

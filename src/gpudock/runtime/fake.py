@@ -27,6 +27,7 @@ from gpudock.runtime.base import (
     ImageInfo,
     ImageNotFound,
     NetworkState,
+    PortSocket,
     RawOutput,
     RegistryUnreachable,
     VolumeState,
@@ -74,6 +75,8 @@ class FakeRuntime:
     usage: dict[str, FakeUsage] = field(default_factory=dict)
     # host PID -> container id, as the processes' cgroups would say (`add_process`)
     pid_owners: dict[int, str] = field(default_factory=dict)
+    # (container id, port inside) -> where a test's server listens (`serve_port`)
+    served_ports: dict[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -313,6 +316,19 @@ class FakeRuntime:
 
     def exec_exit_code(self, exec_id: str) -> int | None:
         return self.exec_codes.get(exec_id)
+
+    # -- service URLs: ports lead to servers the test runs -----------
+    def serve_port(self, name_or_id: str, port: int, address: tuple[str, int]) -> None:
+        """Make `port` inside the container lead to `address` on this machine."""
+        self.served_ports[(self._get(name_or_id).state.id, port)] = address
+
+    def port_socket(self, container_id: str, port: int) -> PortSocket:
+        container = self._get(container_id)
+        if not container.state.running:
+            raise RuntimeFailure(f"container {container_id} is not running")
+        # A port nobody serves: a closed port on the loopback, as inside a container.
+        address = self.served_ports.get((container.state.id, port), ("127.0.0.1", 1))
+        return PortSocket(sock=socket.socket(socket.AF_INET, socket.SOCK_STREAM), address=address)
 
     def spec_of(self, name_or_id: str) -> ContainerSpec:
         return self._get(name_or_id).spec

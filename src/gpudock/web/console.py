@@ -30,6 +30,7 @@ from gpudock.web.pages import (
     instances,
     metrics,
     notifications,
+    services,
     ssh_keys,
     terminal,
     tokens,
@@ -119,6 +120,7 @@ def mount_console(app: FastAPI) -> None:
         billing_admin.router,
         health.router,
         metrics.router,
+        services.router,
     ):
         app.include_router(router)
     _mount_terminals(app)

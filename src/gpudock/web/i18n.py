@@ -493,6 +493,34 @@ ZH_CN: dict[str, str] = {
     "no samples": "无采样",
     "No GPUs yet.": "还没有 GPU。",
     # --- end monitoring ---
+    # --- service URLs ---
+    "Services": "服务",
+    "The instance is not running: its services open once it runs.": (
+        "实例未运行：运行后才能打开其服务。"
+    ),
+    "A link to {service}: anyone with it can open the service until you revoke its links. "
+    "Copy it now: it is not shown again.": (
+        "{service} 的访问链接：持有链接的任何人都能打开该服务，直到你撤销其链接。"
+        "请立即复制：它不会再次显示。"
+    ),
+    "Port": "端口",
+    "Open {service}": "打开 {service}",
+    "Copy link": "复制链接",
+    "Revoke links": "撤销链接",
+    "Revoke every link to this service? Anyone using one loses access within seconds.": (
+        "撤销该服务的所有链接？正在使用链接的人将在几秒内失去访问权限。"
+    ),
+    "Stop publishing this port? Its URL and links stop working.": (
+        "停止发布该端口？其 URL 和链接将失效。"
+    ),
+    "No published ports.": "没有已发布的端口。",
+    "Start JupyterLab": "启动 JupyterLab",
+    "Runs JupyterLab if the image has it; gpudock installs nothing into your image.": (
+        "若镜像中有 JupyterLab 则启动它；gpudock 不会向你的镜像安装任何东西。"
+    ),
+    "Publish port": "发布端口",
+    "Publish a port": "发布一个端口",
+    # --- end service URLs ---
 }
 
 CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN}

@@ -115,6 +115,7 @@ def _request_from(body: InstanceCreateRequest) -> InstanceRequest:
     share = fields.pop("gpu_share")
     fields["gpu_models"] = tuple(fields["gpu_models"])
     fields["auto_stop"] = _policy(body.auto_stop)
+    fields["services"] = tuple(fields["services"].items())
     return InstanceRequest(**fields, gpu_share=None if share is None else Decimal(repr(share)))
 
 

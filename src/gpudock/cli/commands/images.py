@@ -69,6 +69,30 @@ def build_base(
     )
 
 
+@app.command("build-services")
+def build_services(
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even if it is current.")] = False,
+    docker_host: Annotated[
+        str | None,
+        typer.Option(envvar="GPUDOCK_DOCKER_HOST", help="Docker Engine URL; default: local."),
+    ] = None,
+) -> None:
+    """Build gpudock/jupyter:bookworm (JupyterLab and TensorBoard on the base image);
+    pip fetches the wheels on this machine, the build itself runs without network."""
+    from gpudock.images.base_image import BASE_IMAGE
+    from gpudock.images.service_image import build_services_image
+    from gpudock.runtime.docker import DockerRuntime
+
+    output.print_message("fetching wheels and building (a few minutes the first time) …")
+    try:
+        with closing(DockerRuntime(docker_host, host_firewall=False)) as engine:
+            result = build_services_image(engine, base_image=BASE_IMAGE, force=force)
+    except GpudockError as exc:
+        raise CliError(exc.message) from exc
+    state = "cached (built from the same recipe)" if result.cached else "built"
+    output.print_message(f"{result.tag}: {state} ({result.image_id[:19]})", "green")
+
+
 # -- the catalog, builds and validation -------------------------------------
 COLUMNS = ("REFERENCE", "FRAMEWORK", "CUDA", "VISIBILITY", "SIZE", "RUNS ON")
 

@@ -334,3 +334,10 @@ def save_image(
 # The monitoring commands live beside, in their own module.
 app.command("top")(instance_metrics.top)
 app.command("metrics")(instance_metrics.metrics)
+# Service URLs live in their own module; `gpudock instances` lists them.
+from gpudock.cli.commands import services as _service_commands  # noqa: E402
+
+app.command("services")(_service_commands.services)
+app.command("expose")(_service_commands.expose)
+app.command("unexpose")(_service_commands.unexpose)
+app.command("revoke-links")(_service_commands.revoke_links)

@@ -51,6 +51,7 @@ from gpudock.db.models.notifications import (
     NotificationModel,
     QueueWaitModel,
 )
+from gpudock.db.models.services import InstanceServiceModel, ServiceLinkModel
 from gpudock.db.models.ssh import (
     SshKeyModel,
     SshSessionModel,
@@ -81,6 +82,7 @@ __all__ = [
     "InstanceEventModel",
     "InstanceModel",
     "InstanceSampleModel",
+    "InstanceServiceModel",
     "InstanceStatus",
     "MetaModel",
     "MigrationModel",
@@ -88,6 +90,7 @@ __all__ = [
     "NotificationEndpointModel",
     "NotificationModel",
     "QueueWaitModel",
+    "ServiceLinkModel",
     "SshKeyModel",
     "SshSessionModel",
     "SshSessionOrigin",

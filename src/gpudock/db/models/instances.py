@@ -113,6 +113,13 @@ class InstanceModel(Base):
         Boolean, default=False, comment="start waits for host_id instead of moving"
     )
 
+    service_token: Mapped[str | None] = mapped_column(
+        String(64),
+        nullable=True,
+        comment="what the proxy presents to services that ask for a token (JupyterLab); "
+        "the container has it as GPUDOCK_SERVICE_TOKEN; None: rows from before service URLs",
+    )
+
     host: Mapped[HostModel | None] = relationship(foreign_keys=[host_id])
 
     @property

@@ -45,6 +45,10 @@ from gpudock.runtime.build.context import Owner
 from gpudock.runtime.build.plan import CopySpec, RunSpec, Stage, Step
 
 LABEL_CACHE = "gpudock.build.cache"
+# A commit takes the step container's labels along; a built image carries none
+# of them (emptied: a commit cannot drop one), or every container made from it
+# would look like one of this build's steps to garbage collection.
+STEP_LABELS_EMPTIED = {LABEL_MANAGED: "", LABEL_CLUSTER: "", LABEL_BUILD: ""}
 KEEPALIVE = ["sleep", "infinity"]
 _DIRECTORY_BIT = 1 << 31  # Go's os.ModeDir, as the engine's path stat reports it
 _SPOOL_BYTES = 32 * 2**20
@@ -342,7 +346,12 @@ class DockerBuilder:
         """The result: the last stage with the build's labels, under its tag."""
         info = self._api.inspect_image(image)
         config = {k: v for k, v in (info.get("Config") or {}).items() if v}
-        labels = {**(config.get("Labels") or {}), **job.labels, LABEL_CACHE: ""}
+        labels = {
+            **(config.get("Labels") or {}),
+            **STEP_LABELS_EMPTIED,
+            **job.labels,
+            LABEL_CACHE: "",
+        }
         final = self._commit(self._container(job, image, "/", ""), {**config, "Labels": labels}, "")
         repository, _, tag = job.tag.rpartition(":")
         self._api.tag(final, repository, tag)

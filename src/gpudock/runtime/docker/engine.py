@@ -9,14 +9,17 @@ a tenant network and mounts a volume).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import docker
 
+from gpudock.errors import RuntimeFailure
 from gpudock.runtime.base import (
     LABEL_MANAGED,
     BuildJob,
+    BuildLimits,
     BuildLine,
     ContainerSpec,
     ContainerState,
@@ -27,8 +30,11 @@ from gpudock.runtime.base import (
     ImageInfo,
     ImageNotFound,
     NetworkState,
+    PortSocket,
     VolumeState,
 )
+from gpudock.runtime.build import plan as build_plan
+from gpudock.runtime.build.context import BuildContext
 from gpudock.runtime.docker import checks
 from gpudock.runtime.docker.build import DockerBuilder
 from gpudock.runtime.docker.containers import (
@@ -39,10 +45,12 @@ from gpudock.runtime.docker.containers import (
 from gpudock.runtime.docker.exec import ExecStreams, engine_is_local
 from gpudock.runtime.docker.images import DockerImages
 from gpudock.runtime.docker.networks import DockerNetworks, HostFirewall, is_tenant_network
+from gpudock.runtime.docker.ports import ContainerPorts
 from gpudock.runtime.docker.translate import translated
 from gpudock.runtime.docker.volumes import DockerVolumes, LoopVolumes
 
 DEFAULT_COPY_TIMEOUT_S = 24 * 3600.0
+log = logging.getLogger(__name__)
 
 
 def connect(base_url: str | None, timeout_s: float, pool_size: int) -> docker.APIClient:
@@ -86,6 +94,7 @@ class DockerRuntime:
         local = engine_is_local(base_url)
         self._local = local
         self._exec_streams = ExecStreams(self._api, local=local)
+        self._ports = ContainerPorts(self._api, local=local, owner_of_pid=container_of_pid)
         firewall = HostFirewall() if host_firewall and local else None
         if firewall is not None and firewall.install():
             firewall.cover_bridges(self._networks.tenant_bridges())
@@ -128,6 +137,40 @@ class DockerRuntime:
 
     def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
         return DockerBuilder(self._api, self._cpus(), ALLOWED_CAPABILITIES).run(job)
+
+    def build_local_image(
+        self, dockerfile: str, context_tar: Path, tag: str, labels: dict[str, str]
+    ) -> str:
+        """Build one of gpudock's own Dockerfiles (`gpudock.images.service_image`)
+        the way user builds run — no network, each step sandboxed — with the
+        images it names taken from this engine as they are; the image id."""
+
+        def resolve(text: str, line: int) -> build_plan.BaseImage:
+            info = self._images.info(text)
+            if info is None:
+                raise RuntimeFailure(f"line {line}: the engine has no image {text!r}")
+            return build_plan.BaseImage(image_id=info.id, config=info.config)
+
+        try:
+            plan = build_plan.plan(dockerfile, resolve)
+        except build_plan.DockerfileError as exc:
+            raise RuntimeFailure(f"gpudock's own Dockerfile for {tag} is wrong: {exc}") from exc
+        limits = BuildLimits(cpus=float(self._cpus()), memory_mb=4096, pids=4096, timeout_s=3600)
+        context = BuildContext(context_tar)
+        job = BuildJob(plan, context, tag, labels, "gpudock", "", limits)
+        image_id = None
+        try:
+            for line in self.build_image(job):
+                if line.error is not None:
+                    raise RuntimeFailure(f"building {tag} failed: {line.error}")
+                if line.text is not None:
+                    log.info("%s: %s", tag, line.text.rstrip())
+                image_id = line.image_id or image_id
+        finally:
+            context.close()
+        if image_id is None:
+            raise RuntimeFailure(f"building {tag} ended without an image")
+        return image_id
 
     # -- the base image (gpudock.images.base_image) --------------------------
     def import_rootfs(self, tar_chunks: Iterable[bytes], tag: str, changes: list[str]) -> str:
@@ -249,6 +292,10 @@ class DockerRuntime:
 
     def list_networks(self, labels: dict[str, str]) -> list[NetworkState]:
         return self._networks.with_labels(labels)
+
+    # -- service URLs (the HTTP proxy) -------------------------------
+    def port_socket(self, container_id: str, port: int) -> PortSocket:
+        return self._ports.socket_for(container_id, port)
 
     # -- exec streams (the SSH gateway) -------------------------------
     def open_exec_stream(

@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import ImageModel, UserModel
 from gpudock.errors import InvalidRequest
 from gpudock.images import references
-from gpudock.images.catalog import PRIVATE, PUBLIC, builtin_images
+from gpudock.images.base_image import BASE_IMAGE
+from gpudock.images.catalog import PRIVATE, PUBLIC, SERVICES_IMAGE, builtin_images
 from gpudock.runtime.base import LABEL_OWNER, ImageInfo, RegistryUnreachable
 from gpudock.services.context import ServiceContext
 
@@ -193,11 +194,25 @@ def repair_legacy_rows(ctx: ServiceContext) -> int:
     return changed
 
 
+# gpudock's own images, built by a command on the host rather than pulled.
+BUILT_ON_THE_HOST = {
+    references.parse(BASE_IMAGE).canonical: "gpudock images build-base",
+    references.parse(SERVICES_IMAGE).canonical: "gpudock images build-services",
+}
+
+
 def _check_obtainable(
     ctx: ServiceContext, ref: references.ImageRef, text: str, field: str, pull: bool
 ) -> None:
     if ref.is_id or ref.reserved:
         raise unknown(text, field)
+    built_here = BUILT_ON_THE_HOST.get(ref.canonical)
+    if built_here is not None:  # no registry has these: pulling would only fail
+        raise InvalidRequest(
+            f"image {text[:120]!r} is built on the host, and this one's engine does not have "
+            f"it yet: the operator runs `{built_here}` once",
+            field=field,
+        )
     if not pull:
         raise InvalidRequest(
             f"image {text[:120]!r} is not on the Docker Engine: builds have no network, "

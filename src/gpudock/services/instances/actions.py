@@ -31,7 +31,7 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
-from gpudock.services.instances import auto_stop, sizing
+from gpudock.services.instances import auto_stop, published, sizing
 from gpudock.services.instances.auto_stop import AutoStopPolicy
 from gpudock.services.instances.status import (
     S,
@@ -63,6 +63,7 @@ class InstanceRequest:
     gpu_memory_gb: int | None = None  # … or GB of its memory: a share of one GPU
     gpu_models: tuple[str, ...] = ()  # acceptable besides gpu_model
     auto_stop: AutoStopPolicy | None = None
+    services: tuple[tuple[str, int], ...] = ()  # ports to publish (name, port)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ def create_instance(
     # May ask a registry: outside any transaction.
     image = image_access.resolve(ctx, user, request.image or ctx.settings.default_image).reference
     unchecked = images.preflight(ctx, user, image, request.gpu_model)  # driver/arch fit
+    entry = images.find_image(ctx, user, image)
+    services = (*(entry.services if entry else ()), *request.services)
     instance_id = "i-" + secrets.token_hex(5)
     name = request.name or instance_id
     if not _NAME.match(name):
@@ -122,10 +125,12 @@ def create_instance(
                 updated_at=now,
                 queued_at=now,
                 placed=False,
+                service_token=secrets.token_urlsafe(32),
             )
             session.add(instance)
             switch_instance_status(session, instance, S.PENDING, "waiting for placement", now)
             _set_policy(ctx, session, instance, policy, now)
+            published.add_services(session, instance_id, services, now)
             if unchecked:
                 record_instance_note(session, instance, unchecked, now)
     except IntegrityError as exc:

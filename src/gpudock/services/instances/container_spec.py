@@ -6,6 +6,7 @@ import json
 
 from gpudock.db.models import HostModel, InstanceModel
 from gpudock.runtime.base import (
+    LABEL_BUILD,
     LABEL_CLUSTER,
     LABEL_GPUS,
     LABEL_HOST,
@@ -14,7 +15,7 @@ from gpudock.runtime.base import (
     LABEL_OWNER,
     ContainerSpec,
 )
-from gpudock.services.instances import sizing
+from gpudock.services.instances import published, sizing
 from gpudock.services.instances.actions import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
 from gpudock.settings import Settings
 
@@ -56,6 +57,9 @@ def instance_labels(cluster_id: str, instance: InstanceModel) -> dict[str, str]:
         **cluster_labels(cluster_id),
         LABEL_INSTANCE: instance.id,
         LABEL_OWNER: instance.user_id,
+        # Images gpudock built before their build labels were emptied pass them
+        # on; an instance's container is no build step's.
+        LABEL_BUILD: "",
     }
 
 
@@ -92,6 +96,17 @@ def share_env(settings: Settings, milli: int, gpu_memory_mb: int) -> dict[str, s
     return env
 
 
+def service_env(settings: Settings, instance: InstanceModel) -> dict[str, str]:
+    """What JupyterLab and TensorBoard need to sit behind the proxy: the token it
+    presents and the URL prefix (see `published`)."""
+    if instance.service_token is None:
+        return {}
+    return {
+        "GPUDOCK_SERVICE_TOKEN": instance.service_token,
+        "GPUDOCK_SERVICE_PREFIX": published.url_prefix(settings, instance.id),
+    }
+
+
 def build_spec(
     settings: Settings,
     cluster_id: str,
@@ -115,6 +130,7 @@ def build_spec(
         # Empty values override an image's ENV LD_PRELOAD / LD_AUDIT.
         "LD_PRELOAD": "",
         "LD_AUDIT": "",
+        **service_env(settings, instance),
     }
     return ContainerSpec(
         name=container_name(cluster_id, instance.id),
