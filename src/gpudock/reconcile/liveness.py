@@ -14,6 +14,7 @@ from gpudock.db.models import (
     InstanceStatus,
 )
 from gpudock.errors import GpudockError
+from gpudock.messages import Message
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.status import switch_instance_status
@@ -46,7 +47,9 @@ def check_running(ctx: ServiceContext) -> None:
 
 
 def _recover(ctx: ServiceContext, instance_id: str, vanished: bool) -> None:
-    reason = "container disappeared; recreating" if vanished else "container exited; restarting"
+    reason = Message(
+        "container disappeared; recreating" if vanished else "container exited; restarting"
+    )
     at = ctx.clock() if vanished else _exited_at(ctx, instance_id)
     with ctx.sessions.begin() as session:
         row = session.get(InstanceModel, instance_id, with_for_update=True)

@@ -1,14 +1,20 @@
 """The console's message catalog: English is the key, Simplified Chinese the translation.
 
 A string missing from a catalog falls back to English, so a new page never
-shows a blank. Messages from services (errors) stay in English: they are also
-what the API and the CLI print.
+shows a blank. What services say (reasons, events, errors, ledger lines) is in
+`gpudock.messages.catalog`, shared with the API; the translator looks in both.
+Entries here are plain strings: `{name}` fields for the values a sentence
+takes, whole sentences, never glued fragments. tests/web/test_zh_cn_crawl.py
+finds any English left on a page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
+
+from gpudock.messages import Message, localize, negotiate
+from gpudock.messages.catalog import ZH_CN_MESSAGES
 
 LANGUAGES = {"en": "English", "zh-CN": "简体中文"}
 DEFAULT_LANGUAGE = "en"
@@ -409,29 +415,38 @@ ZH_CN: dict[str, str] = {
     "{free} of the card free for shares": "该卡还有 {free} 可分",
 }
 
-CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN}
+CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN_MESSAGES | ZH_CN}
 
-Translator = Callable[..., str]
+
+class Translator:
+    """The templates' `t`: `t("Page {page} of {pages}", page=1, pages=3)` for the
+    console's own strings, `t(text)` for a text that may be a `Message`, and
+    `t.stored(text, structure)` for one read from the database with its
+    structure (`gpudock.messages`)."""
+
+    def __init__(self, language: str) -> None:
+        self.language = language
+        self.catalog = CATALOGS.get(language, {})
+
+    def __call__(self, message: str, **values: Any) -> str:
+        if values:
+            shown = {
+                k: localize(v, self.language, catalog=self.catalog) if isinstance(v, Message) else v
+                for k, v in values.items()
+            }
+            return self.catalog.get(message, message).format(**shown)
+        return localize(message, self.language, catalog=self.catalog)
+
+    def stored(self, text: str | None, structure: Mapping[str, Any] | None) -> str:
+        return localize(text, self.language, structure, catalog=self.catalog)
 
 
 def pick_language(cookie: str | None, accept_language: str | None) -> str:
     """The cookie wins; else the browser's first preference we have; else English."""
     if cookie in LANGUAGES:
         return cookie
-    for part in (accept_language or "").split(","):
-        tag = part.split(";")[0].strip().lower()
-        if tag.startswith("zh"):
-            return "zh-CN"
-        if tag.startswith("en"):
-            return "en"
-    return DEFAULT_LANGUAGE
+    return negotiate(accept_language)
 
 
 def translator(language: str) -> Translator:
-    catalog = CATALOGS.get(language, {})
-
-    def translate(message: str, **values: Any) -> str:
-        text = catalog.get(message, message)
-        return text.format(**values) if values else text
-
-    return translate
+    return Translator(language)

@@ -25,6 +25,7 @@ from gpudock.db.models import (
     UserState,
 )
 from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.messages import Message
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
@@ -38,6 +39,7 @@ from gpudock.services.instances.status import (
     switch_for_request,
     switch_instance_status,
 )
+from gpudock.services.instances.status import current_reason as current_reason  # the gateway's
 
 _NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 RESERVED_ENV_PREFIXES = ("NVIDIA_", "GPUDOCK_")
@@ -119,11 +121,14 @@ def create_instance(
                 placed=False,
             )
             session.add(instance)
-            switch_instance_status(session, instance, S.PENDING, "waiting for placement", now)
+            switch_instance_status(
+                session, instance, S.PENDING, Message("waiting for placement"), now
+            )
             if unchecked:
                 record_instance_note(session, instance, unchecked, now)
     except IntegrityError as exc:
-        raise Conflict(f"you already have an instance named {name!r}", field="name") from exc
+        message = Message("you already have an instance named {name}", name=repr(name))
+        raise Conflict(message, field="name") from exc
     ctx.wake_reconciler()
     return instance
 
@@ -186,7 +191,13 @@ def _load(session: Session, user: UserModel, ref: str, *, lock: bool = False) ->
         query = query.with_for_update()
     instance = session.scalars(query).first()
     if instance is None:
-        raise NotFound(f"no instance {ref!r}: `gpudock instances list` shows yours")
+        raise NotFound(
+            Message(
+                "no instance {ref}: the console's Instances page or `gpudock instances list` "
+                "shows yours",
+                ref=repr(ref),
+            )
+        )
     return instance
 
 
@@ -300,7 +311,7 @@ def _request(
                 now if instance.status in (S.STOPPED, S.FAILED) else instance.queued_at
             )
         if not is_leased(instance, now):
-            switch_for_request(session, instance, desired, f"{verb} requested", now)
+            switch_for_request(session, instance, desired, Message(f"{verb} requested"), now)
         if note:
             record_instance_note(session, instance, note, now)
         instance.updated_at = now
@@ -336,7 +347,7 @@ def delete_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceM
     now = ctx.clock()
     with ctx.sessions.begin() as session:
         instance = _load(session, user, ref, lock=True)
-        request_delete(session, instance, "delete requested", now)
+        request_delete(session, instance, Message("delete requested"), now)
     ctx.wake_reconciler()
     return instance
 
@@ -360,7 +371,9 @@ def restart_instance(ctx: ServiceContext, user: UserModel, ref: str) -> Instance
             if not is_leased(instance, now):
                 # Desired state stays 'running': the reconciler stops the
                 # container, keeps the GPUs (placed stays true) and starts it.
-                switch_instance_status(session, instance, S.STOPPING, "restart requested", now)
+                switch_instance_status(
+                    session, instance, S.STOPPING, Message("restart requested"), now
+                )
                 break
         if time.monotonic() > deadline:
             raise Conflict(f"instance {instance.id} is busy; try again in a moment")
