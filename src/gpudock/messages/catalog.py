@@ -218,6 +218,40 @@ ZH_CN_MESSAGES: dict[str, str] = {
         "实例 {name} {status}（{reason}）：请等控制台的实例页面或 `gpudock instances show "
         "{name}` 显示运行中后重试"
     ),
+    "bad instance name {name}: use 1-63 lowercase letters, digits and '-', starting and "
+    "ending with a letter or digit": (
+        "实例名称 {name} 无效：请使用 1–63 个小写字母、数字或“-”，并以字母或数字开头和结尾"
+    ),
+    "gpu_count {count} is more than any host has: at most {largest} × {models} fit on one "
+    "host": "GPU 数量 {count} 超过任何主机所有：单机最多 {largest} × {models}",
+    "unknown GPU model {model}; available: {models}": "未知 GPU 型号 {model}；可选：{models}",
+    "none": "无",
+    "disk_gb must be 1..{most}": "磁盘大小必须在 1 到 {most} GB 之间",
+    "GPU count must be a whole number from 0 to {most}: no {model} host has more": (
+        "GPU 数量必须是 0 到 {most} 的整数：没有主机拥有更多的 {model}"
+    ),
+    "GPU count must be a whole number from 0 to {most}": "GPU 数量必须是 0 到 {most} 的整数",
+    "disk must be a whole number of GB from 1 to {most}": (
+        "磁盘大小必须是 1 到 {most} 之间的整数 GB"
+    ),
+    "{image} needs driver >= {needed}, this is {driver}": (
+        "{image} 需要驱动 >= {needed}，当前为 {driver}"
+    ),
+    "Deleted: the user's instances (containers, data volumes and saved system disks, removed "
+    "by the reconciler), SSH keys, console password and sessions; their API tokens are "
+    "revoked. Kept: the user record, marked deleted (the name stays taken, so their "
+    "statements stay addressable by it), instance records and events, the SSH audit, billing "
+    "intervals and ledger postings (append-only: the balance stays as it is, and final "
+    "charges of the deleted instances are still posted), and private images, which admins "
+    "see and remove with `gpudock images remove`.": (
+        "删除：该用户的实例（容器、数据卷和保存的系统盘，由后台协调器清除）、SSH 密钥、"
+        "控制台密码和会话；其 API 令牌被吊销。保留：用户记录（标记为已删除，名称仍被占用，"
+        "以便按名称查询其账单）、实例记录和事件、SSH 审计、计费区间和流水（只追加：余额保持不变，"
+        "已删除实例的最终费用仍会入账），以及私有镜像，管理员可查看并用 "
+        "`gpudock images remove` 删除。"
+    ),
+    "gpudock does not know this GPU model's compute capability: the image's GPU "
+    "architectures were not checked": "gpudock 不知道该 GPU 型号的计算能力：未检查镜像的 GPU 架构",
     "there is no page at {path}": "没有页面 {path}",
     "the server could not show this page; the error is in the server's log": (
         "服务器无法显示此页面；错误已记录在服务器日志中"

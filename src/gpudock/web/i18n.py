@@ -64,7 +64,7 @@ ZH_CN: dict[str, str] = {
     "Memory": "内存",
     "GPU memory": "显存",
     "Free": "空闲",
-    "Total": "总数",
+    "Total": "合计",
     "Hosts": "主机",
     "Max per host": "单机最多",
     "Price / hour": "每小时价格",
@@ -111,11 +111,13 @@ ZH_CN: dict[str, str] = {
     "free": "空闲",
     "of": "/",
     "at most {n} on one host": "单机最多 {n} 张",
-    "optional; a name is made up if empty": "可选；留空则自动生成",
     "Create": "创建",
     "Fix the problem below and try again.": "请修正以下问题后重试。",
-    "count must be a whole number from 0 to 16": "数量必须是 0 到 16 的整数",
-    "disk must be a whole number of GB": "磁盘大小必须是整数 GB",
+    "Fix the problems marked below and try again.": "请修正下方标出的问题后重试。",
+    "1 to {n} GB; the data disk, /root/data": "1 到 {n} GB；数据盘，即 /root/data",
+    "optional: lower-case letters, digits and '-'; a name is made up if empty": (
+        "可选：小写字母、数字和“-”；留空则自动生成"
+    ),
     "ID": "ID",
     "Page {page} of {pages}": "第 {page} / {pages} 页",
     "{n} instances": "共 {n} 个实例",
@@ -252,6 +254,49 @@ ZH_CN: dict[str, str] = {
     "Processes": "进程数",
     "utilisation: n/a (simulated)": "利用率：不可用（模拟 GPU）",
     "utilisation: n/a": "利用率：不可用",
+    # instance detail: the Connect panel; the dashboard's first step
+    "Connect": "连接",
+    "You have no SSH key yet, so nothing can log in. Add your public key first:": (
+        "你还没有 SSH 密钥，因此无法登录。请先添加你的公钥："
+    ),
+    "None of your keys is accepted: this server refuses keys registered without a proof. "
+    "Add one again on the SSH keys page.": (
+        "你的密钥都不被接受：本服务器拒绝未经持有证明登记的密钥。请在“SSH 密钥”页面重新添加。"
+    ),
+    "Keys that log in:": "可登录的密钥：",
+    "Manage SSH keys": "管理 SSH 密钥",
+    "The instance is not running: start it (Start above, or `gpudock instances start "
+    "{ref}`), then connect.": (
+        "实例未在运行：请先开机（点击上方“开机”，或运行 `gpudock instances start {ref}`），再连接。"
+    ),
+    "The lines use {identity}: the private key of a key listed above; change the path if "
+    "yours is elsewhere.": (
+        "以下命令使用 {identity}，即上面所列某个密钥的私钥；如果你的私钥在别处，请修改路径。"
+    ),
+    "Terminal": "终端",
+    "Copy a file": "复制文件",
+    "Sync a folder": "同步文件夹",
+    "Open a port locally (Jupyter on 8888)": "在本地打开端口（Jupyter 用 8888）",
+    "VS Code Remote-SSH (after the ~/.ssh/config entry below)": (
+        "VS Code Remote-SSH（需先添加下方的 ~/.ssh/config 条目）"
+    ),
+    "Append this to ~/.ssh/config, then `ssh {alias}` works, and so do scp, rsync and VS Code "
+    "by that name. `gpudock ssh-config -i KEY` prints it for all your instances and pins the "
+    "host key.": (
+        "把这段追加到 ~/.ssh/config 后，`ssh {alias}` 即可登录，"
+        "scp、rsync 和 VS Code 也可用这个名字。"
+        "`gpudock ssh-config -i KEY` 会为你的所有实例输出此配置并固定主机密钥。"
+    ),
+    "The gateway's host key, to compare on the first connection:": (
+        "网关的主机密钥（首次连接时核对）："
+    ),
+    "To log in to an instance, add your SSH public key first.": (
+        "要登录实例，请先添加你的 SSH 公钥。"
+    ),
+    "The gateway lets in only keys registered here; it takes a minute.": (
+        "网关只接受在此登记的密钥；只需一分钟。"
+    ),
+    "Add an SSH key": "添加 SSH 密钥",
     # SSH keys
     "Add a key": "添加密钥",
     "Public key": "公钥",

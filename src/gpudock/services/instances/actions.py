@@ -6,6 +6,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
@@ -86,12 +87,7 @@ def create_instance(
     unchecked = images.preflight(ctx, user, image, request.gpu_model)  # driver/arch fit
     instance_id = "i-" + secrets.token_hex(5)
     name = request.name or instance_id
-    if not _NAME.match(name):
-        raise InvalidRequest(
-            f"bad instance name {name!r}: use 1-63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit",
-            field="name",
-        )
+    _check_name(name)
     now = ctx.clock()
     try:
         with ctx.sessions.begin() as session:
@@ -150,6 +146,50 @@ def _encode_env(env: dict[str, str]) -> str:
     return json.dumps(env, sort_keys=True)
 
 
+def _check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise InvalidRequest(
+            Message(
+                "bad instance name {name}: use 1-63 lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit",
+                name=repr(name),
+            ),
+            field="name",
+        )
+
+
+def request_problems(
+    ctx: ServiceContext, user: UserModel, request: InstanceRequest
+) -> dict[str, str]:
+    """Every problem `create_instance` would refuse the request for, by field, found
+    in one pass (a form shows each beside its field); empty when none is found.
+    Funds are not checked here: `create_instance` does that as it writes."""
+    problems: dict[str, str] = {}
+
+    def check(where: str, run: Callable[[], object]) -> None:
+        try:
+            run()
+        except (InvalidRequest, NotFound, Conflict) as exc:
+            problems.setdefault(exc.field or where, exc.message)
+
+    with ctx.reader() as session:
+        if request.name:
+            check("name", lambda: _check_name(request.name or ""))
+            if "name" not in problems:
+                check("name", lambda: _check_name_free(session, user, request.name or ""))
+        sized = replace(request, disk_gb=None)
+        check("gpu_count", lambda: sizing.resolve_size(session, ctx.settings, sized))
+        check("disk_gb", lambda: sizing.check_disk(request.disk_gb, ctx.settings))
+
+    def image_fits() -> None:
+        ref = image_access.resolve(ctx, user, request.image or ctx.settings.default_image)
+        if "gpu_model" not in problems:
+            images.preflight(ctx, user, ref.reference, request.gpu_model)
+
+    check("image", image_fits)
+    return problems
+
+
 def _check_name_free(session: Session, user: UserModel, name: str) -> None:
     taken = session.scalar(
         select(InstanceModel.id).where(
@@ -159,7 +199,8 @@ def _check_name_free(session: Session, user: UserModel, name: str) -> None:
         )
     )
     if taken is not None:
-        raise Conflict(f"you already have an instance named {name!r}", field="name")
+        message = Message("you already have an instance named {name}", name=repr(name))
+        raise Conflict(message, field="name")
 
 
 def _visible(user: UserModel) -> list[ColumnElement[bool]]:

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from gpudock.db.models import GpuDeviceModel, HostModel
 from gpudock.errors import InvalidRequest
+from gpudock.messages import Message
 from gpudock.services.context import ServiceContext
 from gpudock.settings import Settings
 
@@ -107,8 +108,11 @@ def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> 
     for model in models:
         if not any(s.gpus for s in _shapes(session, model)):
             raise InvalidRequest(
-                f"unknown GPU model {model!r}; available: "
-                f"{', '.join(known_models(session)) or 'none'}",
+                Message(
+                    "unknown GPU model {model}; available: {models}",
+                    model=repr(model),
+                    models=", ".join(known_models(session)) or Message("none"),
+                ),
                 field="gpu_model",
             )
     shapes = [s for m in models for s in _shapes(session, m)] or _shapes(session, None)
@@ -121,8 +125,13 @@ def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> 
         largest = max(s.gpus for s in shapes)
         if request.gpu_count > largest:
             raise InvalidRequest(
-                f"gpu_count {request.gpu_count} is more than any host has: at most {largest} "
-                f"× {' or '.join(models)} fit on one host",
+                Message(
+                    "gpu_count {count} is more than any host has: at most {largest} × {models} "
+                    "fit on one host",
+                    count=request.gpu_count,
+                    largest=largest,
+                    models=" or ".join(models),
+                ),
                 field="gpu_count",
             )
         fitting = [s for s in shapes if s.gpus >= request.gpu_count]
@@ -135,7 +144,7 @@ def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> 
     return Size(
         cpu=_check_cpu(request.cpu, cpu, fitting),
         memory_gb=_check_memory(request.memory_gb, memory, fitting),
-        disk_gb=_check_disk(request.disk_gb, settings),
+        disk_gb=check_disk(request.disk_gb, settings),
         system_disk_gb=_check_system_disk(request.system_disk_gb, settings),
     )
 
@@ -156,10 +165,13 @@ def _check_memory(asked: int | None, default: int, shapes: list[_HostShape]) -> 
     return value
 
 
-def _check_disk(asked: int | None, settings: Settings) -> int:
+def check_disk(asked: int | None, settings: Settings) -> int:
+    """The data disk's size in GB (the default if not asked), or InvalidRequest."""
     value = settings.default_disk_gb if asked is None else asked
     if not 0 < value <= settings.max_disk_gb:
-        raise InvalidRequest(f"disk_gb must be 1..{settings.max_disk_gb}", field="disk_gb")
+        raise InvalidRequest(
+            Message("disk_gb must be 1..{most}", most=settings.max_disk_gb), field="disk_gb"
+        )
     return value
 
 
@@ -246,7 +258,7 @@ def _share_size(
     return Size(
         cpu=_check_cpu(request.cpu, cpu, fitting),
         memory_gb=_check_memory(request.memory_gb, memory, fitting),
-        disk_gb=_check_disk(request.disk_gb, settings),
+        disk_gb=check_disk(request.disk_gb, settings),
         system_disk_gb=_check_system_disk(request.system_disk_gb, settings),
         gpu_share_milli=milli,
     )
