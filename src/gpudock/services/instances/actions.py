@@ -181,10 +181,11 @@ def request_problems(
         check("gpu_count", lambda: sizing.resolve_size(session, ctx.settings, sized))
         check("disk_gb", lambda: sizing.check_disk(request.disk_gb, ctx.settings))
 
-    def image_fits() -> None:
-        ref = image_access.resolve(ctx, user, request.image or ctx.settings.default_image)
+    def image_fits() -> None:  # a catalog verdict first: it says more than "cannot pull"
+        text = request.image or ctx.settings.default_image
         if "gpu_model" not in problems:
-            images.preflight(ctx, user, ref.reference, request.gpu_model)
+            images.preflight(ctx, user, text, request.gpu_model)
+        image_access.resolve(ctx, user, text)
 
     check("image", image_fits)
     return problems
