@@ -163,7 +163,7 @@ BAD_BODIES = [
     ({"gpu_count": 1, "gpu_model": None}, "gpu_model", "required"),
     ({"cpu": -2}, "cpu", "greater than 0"),
     ({"cpu": 100000}, "cpu", "less than or equal"),
-    ({"cpu": 500}, "cpu", "at most 48"),
+    ({"cpu": 500}, "cpu", "at most 2 here"),  # a simulated host has the (fake) engine's 2 CPUs
     ({"memory_gb": 0}, "memory_gb", "greater than or equal to 1"),
     ({"disk_gb": 10**9}, "disk_gb", "less than or equal"),
     ({"name": "Bad_Name"}, "name", "lowercase"),

@@ -158,3 +158,13 @@ def test_instance_list_is_paged_newest_first(console: Platform) -> None:
     last = alice.client.get("/instances/rows?page=99").text  # clamped to the last page
     assert last.count("<tr data-instance=") == 1 and ">n0<" in last
     assert 'id="running-count">0<' in alice.client.get("/").text
+
+
+def test_an_unnamed_instance_is_titled_by_its_id_once(console: Platform) -> None:
+    alice = log_in(console, "alice")
+    instance_id = create(alice)
+    heading = re.search(r"<h1>(.*?)</h1>", alice.client.get(f"/instances/{instance_id}").text)
+    assert heading is not None and heading.group(1).count(instance_id) == 1
+    named = create(alice, name="named")
+    heading = re.search(r"<h1>(.*?)</h1>", alice.client.get(f"/instances/{named}").text)
+    assert heading is not None and "named" in heading.group(1) and named in heading.group(1)

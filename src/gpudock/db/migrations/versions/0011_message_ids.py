@@ -76,6 +76,7 @@ def _write(
 
 
 def downgrade() -> None:
+    # Plain DROP COLUMN (SQLite >= 3.35), not a batch rebuild: rebuilding
+    # `instances` drops the table, which its events' foreign keys refuse.
     for table, _key, _text, structure in COLUMNS:
-        with op.batch_alter_table(table) as batch_op:
-            batch_op.drop_column(structure)
+        op.drop_column(table, structure)
