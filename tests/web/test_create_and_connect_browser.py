@@ -50,7 +50,9 @@ def test_the_create_form_shows_every_problem_at_once_and_stays_on_its_page(
         expect(alert).to_have_text("Fix the problems marked below and try again.")
         expect(page.locator("#image-hint")).to_have_text("")  # no second, older verdict
         assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
-        page.screenshot(path=str(screenshot_dir(tmp_path) / "phone-create-errors.png"))
+        page.screenshot(
+            path=str(screenshot_dir(tmp_path) / "phone-create-errors.png"), full_page=True
+        )
 
         page.fill("#gpu-count", "2")  # what the error spoke of changed: it goes
         expect(page.locator('[data-error-for="gpu_count"]')).to_have_count(0)
