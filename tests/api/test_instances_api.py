@@ -77,8 +77,9 @@ def test_another_tenants_instance_is_not_found(
 def test_lifecycle_through_the_api(client: TestClient, platform: Platform, alice: Tenant) -> None:
     instance = create(client, alice, name="train", gpu_count=2)
     assert instance["status"] == "pending"
-    # 2 of the host's 4 GPUs: half of its CPUs and memory, held to the (fake) engine's 2 and 24 GB
-    assert (instance["cpu"], instance["memory_gb"]) == (1.0, 12)
+    # 2 of the host's 4 GPUs: half its 48 simulated CPUs, held to the (fake) engine's 2,
+    # and half its memory, which is held to the engine's 24 GB
+    assert (instance["cpu"], instance["memory_gb"]) == (2.0, 12)
 
     platform.reconciler.drain()
     running = show(client, alice, "train")
@@ -163,7 +164,7 @@ BAD_BODIES = [
     ({"gpu_count": 1, "gpu_model": None}, "gpu_model", "required"),
     ({"cpu": -2}, "cpu", "greater than 0"),
     ({"cpu": 100000}, "cpu", "less than or equal"),
-    ({"cpu": 500}, "cpu", "at most 2 here"),  # a simulated host has the (fake) engine's 2 CPUs
+    ({"cpu": 500}, "cpu", "at most 48"),
     ({"memory_gb": 0}, "memory_gb", "greater than or equal to 1"),
     ({"disk_gb": 10**9}, "disk_gb", "less than or equal"),
     ({"name": "Bad_Name"}, "name", "lowercase"),

@@ -41,9 +41,9 @@ def ensure_cluster_id(ctx: ServiceContext) -> str:
 
 
 def within_engine(ctx: ServiceContext, hosts: list[HostInfo]) -> list[HostInfo]:
-    """Simulated hosts with no more CPUs and memory than the engine that runs their
-    containers has: an instance is sized from its host, and its container is held
-    to what the engine can give, so the size shown is the limit enforced. A real
+    """Simulated hosts with no more memory than the engine that runs their
+    containers has (their CPUs stay as simulated: each instance's CPU limit is
+    held to the engine's count when it is sized, `instances.actions`). A real
     (NVML) host reports its own machine and is left as it is."""
     if not any(h.simulated for h in hosts):
         return hosts
@@ -53,12 +53,7 @@ def within_engine(ctx: ServiceContext, hosts: list[HostInfo]) -> list[HostInfo]:
         log.warning("engine not reachable to size simulated hosts: %s", exc)
         return hosts
     memory_gb = max(1, engine.memory_bytes // 2**30)
-    return [
-        replace(h, cpus=min(h.cpus, float(engine.cpus)), memory_gb=min(h.memory_gb, memory_gb))
-        if h.simulated
-        else h
-        for h in hosts
-    ]
+    return [replace(h, memory_gb=min(h.memory_gb, memory_gb)) if h.simulated else h for h in hosts]
 
 
 def sync_inventory(ctx: ServiceContext, hosts: list[HostInfo]) -> None:

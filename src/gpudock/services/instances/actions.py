@@ -25,7 +25,7 @@ from gpudock.db.models import (
     UserModel,
     UserState,
 )
-from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.errors import Conflict, GpudockError, InvalidRequest, NotFound
 from gpudock.messages import Message
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
@@ -91,7 +91,7 @@ def create_instance(
     now = ctx.clock()
     try:
         with ctx.sessions.begin() as session:
-            size = sizing.resolve_size(session, ctx.settings, request)
+            size = sizing.resolve_size(session, ctx.settings, request, _cpu_ceiling(ctx, session))
             _check_name_free(session, user, name)
             priced = _Priced(request.gpu_model, request.gpu_count, size.gpu_share_milli)
             billing.check_funds(session, ctx.settings, user.id, priced, now)
@@ -144,6 +144,18 @@ def _check_env(env: dict[str, str]) -> None:
 
 def _encode_env(env: dict[str, str]) -> str:
     return json.dumps(env, sort_keys=True)
+
+
+def _cpu_ceiling(ctx: ServiceContext, session: Session) -> float | None:
+    """A simulated fleet runs every container on this one engine, which gives none
+    more CPUs than it has (the Docker adapter holds `nano_cpus` to that): the
+    instance records that limit, not the simulated host's share."""
+    if not sizing.simulated_fleet(session):
+        return None
+    try:
+        return float(ctx.runtime.engine_info().cpus)
+    except GpudockError:
+        return None  # sized as simulated; the container is held at start anyway
 
 
 def _check_name(name: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Protocol
 
@@ -92,16 +92,30 @@ def _shapes(session: Session, model: str | None) -> list[_HostShape]:
     return [_HostShape(h.cpus, h.memory_gb, counts[k]) for k, h in hosts.items()]
 
 
+def simulated_fleet(session: Session) -> bool:
+    return bool(session.scalar(select(HostModel.id).where(HostModel.simulated.is_(True)).limit(1)))
+
+
 def known_models(session: Session) -> list[str]:
     return sorted(
         set(session.scalars(select(GpuDeviceModel.model).where(GpuDeviceModel.present.is_(True))))
     )
 
 
-def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> Size:
+def resolve_size(
+    session: Session, settings: Settings, request: SizeRequest, cpu_ceiling: float | None = None
+) -> Size:
     """The instance's sizes (defaults filled in), or `InvalidRequest` for one
     that no host could ever hold, saying the largest that fits: hosts of any
-    accepted model count."""
+    accepted model count. `cpu_ceiling`: the most CPUs a container can be given
+    (a simulated fleet's engine), so that the CPU figure is the limit enforced."""
+    size = _resolve_size(session, settings, request)
+    if cpu_ceiling is not None and size.cpu > cpu_ceiling:
+        return replace(size, cpu=float(cpu_ceiling))
+    return size
+
+
+def _resolve_size(session: Session, settings: Settings, request: SizeRequest) -> Size:
     if request.gpu_count > 0 and request.gpu_model is None:
         raise InvalidRequest("gpu_model is required when gpu_count > 0", field="gpu_model")
     models = [m for m in dict.fromkeys((request.gpu_model, *request.gpu_models)) if m]
