@@ -147,3 +147,34 @@ def test_the_listed_summary_is_the_commands_own(name: str) -> None:
     command = main.load_command(name)
     assert command.name == name
     assert main.COMMANDS[name].summary == command.get_short_help_str(limit=500)
+
+
+@pytest.mark.parametrize(
+    ("explicit", "environment", "sent"),
+    [
+        ("zh-CN", {}, "zh-CN, en;q=0.5"),
+        (None, {"LANG": "zh_CN.UTF-8"}, "zh-CN, en;q=0.5"),
+        (None, {"LC_ALL": "en_US.UTF-8", "LANG": "zh_CN.UTF-8"}, "en"),
+        (None, {"LC_MESSAGES": "zh_TW"}, "zh-CN, en;q=0.5"),
+        (None, {"LANG": "C"}, "en"),
+        ("en", {"LANG": "zh_CN.UTF-8"}, "en"),
+    ],
+)
+def test_the_cli_asks_for_the_language_of_lang_or_the_locale(
+    monkeypatch: pytest.MonkeyPatch, explicit: str | None, environment: dict[str, str], sent: str
+) -> None:
+    for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["accept-language"])
+        return httpx.Response(200, json=ME)
+
+    client = ApiClient(
+        "http://gpudock.test", "gpd_x", transport=httpx.MockTransport(handler), language=explicit
+    )
+    client.get("/users/me", UserPublic)
+    assert seen == [sent]

@@ -10,7 +10,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from gpudock.db.engine import (
     alembic_config,
@@ -20,11 +20,14 @@ from gpudock.db.engine import (
     make_sessionmaker,
     migrate,
 )
-from gpudock.db.models import Base, UserState
+from gpudock.db.models import Base, InstanceEventModel, InstanceModel, UserState
 from gpudock.gpu.simulated import SimulatedGpuSource
+from gpudock.messages import localize
+from gpudock.platform import Platform
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services.accounts import tokens
+from gpudock.services.accounts import tokens, users
 from gpudock.services.context import ServiceContext
+from gpudock.services.instances import actions as instances
 from gpudock.settings import Settings
 
 
@@ -129,3 +132,49 @@ def test_the_heads_read_from_the_scripts_are_alembics(tmp_path: Path) -> None:
     script = ScriptDirectory.from_config(alembic_config(engine))
     assert head_revisions() <= set(script.get_heads())
     engine.dispose()
+
+
+def test_0011_gives_existing_texts_their_message_ids(platform: Platform) -> None:
+    """Rows written before 0011 (its columns dropped again here) get their structure
+    from the catalog's templates; a text no template fits keeps none."""
+    ctx = platform.ctx
+    owner = users.create_user(ctx, "carol").user
+    request = instances.InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="old")
+    made = instances.create_instance(ctx, owner, request)
+    platform.reconciler.drain()
+    instances.stop_instance(ctx, owner, made.id)
+    platform.reconciler.drain()
+    with ctx.sessions.begin() as session:
+        session.add(
+            InstanceEventModel(
+                instance_id=made.id,
+                at=ctx.clock(),
+                from_status="stopped",
+                to_status="stopped",
+                message="something nobody catalogued",
+            )
+        )
+    engine = make_engine(ctx.settings.effective_database_url)
+    try:
+        command.downgrade(alembic_config(engine), "0011@0010")
+        migrate(engine)
+        with engine.connect() as connection:
+            reason = connection.execute(
+                select(InstanceModel.status_reason_msg).where(InstanceModel.id == made.id)
+            ).scalar_one()
+            events = connection.execute(
+                select(InstanceEventModel.message, InstanceEventModel.message_msg)
+                .where(InstanceEventModel.instance_id == made.id)
+                .order_by(InstanceEventModel.id)
+            ).all()
+    finally:
+        engine.dispose()
+    assert reason == {"id": "stopped; data kept", "params": {}}
+    running = next(msg for text, msg in events if text.startswith("running on"))
+    assert running["id"] == "running on {host} ({gpus})"
+    assert running["params"]["gpus"] == {
+        "id": "{count} × {models}",
+        "params": {"count": "1", "models": "A100-80GB"},
+    }
+    assert events[-1] == ("something nobody catalogued", None)
+    assert localize("x", "zh-CN", reason) == "已关机；数据保留"

@@ -38,6 +38,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         # One client address makes every connection of the whole package here;
         # the limits have their own tests (test_rate_limits.py).
         rate_limits_enabled=False,
+        # The package's many no-GPU instances share one simulated host, which has
+        # no more memory than this machine: 1 GB each leaves room for them all.
+        no_gpu_memory_gb=1,
     )
     platform = open_platform(settings, runtime=DockerRuntime())
     gateway = GatewayThread(SshGateway(platform.ctx))

@@ -24,7 +24,8 @@ def test_stopped_instance_says_so_and_the_endpoint_survives_stop_start(world: Wo
     stopped = world.ssh("notebook", "true", timeout=20)
     assert stopped.returncode == 1
     assert stopped.stderr.decode().strip() == (
-        "instance notebook is stopped — run `gpudock instances start notebook`"
+        "instance notebook is stopped: start it with Start on its page in the console, "
+        "or run `gpudock instances start notebook`"
     )
     shell = world.ssh("notebook", options=("-tt",), input=b"", timeout=20)
     assert shell.returncode == 1

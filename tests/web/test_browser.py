@@ -69,8 +69,8 @@ def test_user_and_operator_journey_in_chromium(
         assert container_state(engine, real, instance_id) == "running"  # a real container
         ssh = page.locator("#ssh-command")
         if ssh.count():  # the SSH gateway (issue 3) is installed
-            page.click("button[data-copy]")
-            expect(page.locator("button[data-copy]")).to_have_text("Copied")
+            page.click('button[data-copy="#ssh-command"]')
+            expect(page.locator('button[data-copy="#ssh-command"]')).to_have_text("Copied")
             copied = page.evaluate("navigator.clipboard.readText()")
             assert copied == ssh.inner_text() and copied.startswith("ssh ")
         else:
@@ -147,7 +147,9 @@ def create_and_watch(page: Page, url: str, shots: Path) -> str:
     page.fill("input[name=name]", "web-demo")
     page.fill("input[name=gpu_count]", "3")
     page.click("#create-form button[type=submit]")
-    expect(page.locator(".field-error")).to_contain_text("at most 2")  # the service's message
+    expect(page.locator(".field-error")).to_contain_text(
+        "from 0 to 2: no RTX4090-24GB host has more"
+    )
     page.fill("input[name=gpu_count]", "1")
     page.locator("input[name=gpu_count]").dispatch_event("change")
     expect(page.locator("#estimate")).to_have_text("3.6 CNY")

@@ -34,6 +34,8 @@ def test_running_instance_shows_the_ssh_command_when_the_gateway_exists(
     instance_id = alice.post("/instances", data).headers["location"].rsplit("/", 1)[1]
     console.reconciler.drain()
     page = alice.client.get(f"/instances/{instance_id}").text
-    expected = ssh_endpoint.ssh_command(console.ctx.settings, instance_id)
+    plain = ssh_endpoint.ssh_command(console.ctx.settings, instance_id)
+    assert plain is not None
+    expected = plain.replace("ssh ", "ssh -i ~/.ssh/id_ed25519 ", 1)  # no key yet: the default
     assert f'<code id="ssh-command">{expected}</code>' in page
     assert "docker exec" not in page

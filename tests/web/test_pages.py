@@ -54,8 +54,8 @@ def test_operator_pages_are_for_admins_only(console: Platform) -> None:
 @pytest.mark.parametrize(
     ("fields", "field", "message"),
     [
-        ({"gpu_count": "two"}, "gpu_count", "count must be a whole number"),
-        ({"gpu_count": "99"}, "gpu_count", "count must be a whole number"),
+        ({"gpu_count": "two"}, "gpu_count", "GPU count must be a whole number"),
+        ({"gpu_count": "99"}, "gpu_count", "GPU count must be a whole number"),
         ({"gpu_model": "H100-80GB"}, "gpu_model", "H100-80GB"),
         ({"name": "Bad Name"}, "name", "bad instance name"),
         ({"disk_gb": "-3"}, "disk_gb", "disk must be"),
@@ -70,7 +70,7 @@ def test_create_form_shows_service_errors_inline(
     response = alice.post("/instances", {**data, **fields})
     assert response.status_code == 422
     html = response.text
-    assert f'data-field="{field}"' in html and 'class="field-error"' in html
+    assert f'data-error-for="{field}"' in html and 'class="field-error"' in html
     assert message in html
     for value in fields.values():
         assert f'value="{value}"' in html or f'"{value}" selected' in html or value in html
@@ -158,3 +158,13 @@ def test_instance_list_is_paged_newest_first(console: Platform) -> None:
     last = alice.client.get("/instances/rows?page=99").text  # clamped to the last page
     assert last.count("<tr data-instance=") == 1 and ">n0<" in last
     assert 'id="running-count">0<' in alice.client.get("/").text
+
+
+def test_an_unnamed_instance_is_titled_by_its_id_once(console: Platform) -> None:
+    alice = log_in(console, "alice")
+    instance_id = create(alice)
+    heading = re.search(r"<h1>(.*?)</h1>", alice.client.get(f"/instances/{instance_id}").text)
+    assert heading is not None and heading.group(1).count(instance_id) == 1
+    named = create(alice, name="named")
+    heading = re.search(r"<h1>(.*?)</h1>", alice.client.get(f"/instances/{named}").text)
+    assert heading is not None and "named" in heading.group(1) and named in heading.group(1)

@@ -74,7 +74,7 @@ def test_a_bad_share_in_the_form_is_shown_at_its_field(console: Platform) -> Non
     data = {"gpu_model": "A100-80GB", "gpu_count": "1", "name": "", "image": "", "disk_gb": ""}
     response = alice.post("/instances", {**data, **SHARE, "share": "2"})
     assert response.status_code == 422
-    assert 'data-field="gpu_share"' in response.text and "ask for whole GPUs" in response.text
+    assert 'data-error-for="gpu_share"' in response.text and "ask for whole GPUs" in response.text
     assert 'value="2"' in response.text and 'value="share" data-choice="share" checked' in (
         response.text
     )

@@ -10,6 +10,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from gpudock import messages
 from gpudock.db.models import UserModel
 from gpudock.errors import Forbidden
 from gpudock.services.accounts import tokens
@@ -25,6 +26,15 @@ def get_context(request: Request) -> ServiceContext:
 
 
 Context = Annotated[ServiceContext, Depends(get_context)]
+
+
+def get_language(request: Request) -> str:
+    """The language of the human texts in an answer (errors, reasons, events, ledger
+    lines), from `Accept-Language`; codes, statuses and amounts never change with it."""
+    return messages.negotiate(request.headers.get("accept-language"))
+
+
+Language = Annotated[str, Depends(get_language)]
 
 
 def get_caller(

@@ -15,6 +15,7 @@ from starlette.routing import Match
 
 from gpudock.api.schemas import ErrorPublic
 from gpudock.errors import GpudockError, RateLimited
+from gpudock.messages import localize, negotiate
 
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
@@ -23,18 +24,20 @@ def _body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "field": field}}
 
 
-def error_response(exc: GpudockError) -> JSONResponse:
+def error_response(exc: GpudockError, accept_language: str | None = None) -> JSONResponse:
     """The response for a domain error (also used by middleware, outside the handlers),
-    with the status the error tree gives it (`GpudockError.http_status`)."""
+    with the status the error tree gives it (`GpudockError.http_status`) and its
+    message in the language `accept_language` asks for; the code never changes."""
     headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else {}
     if isinstance(exc, RateLimited):
         headers["Retry-After"] = str(exc.retry_after_s)
-    return JSONResponse(_body(exc.code, exc.message, exc.field), exc.http_status, headers=headers)
+    message = localize(exc.message, negotiate(accept_language))
+    return JSONResponse(_body(exc.code, message, exc.field), exc.http_status, headers=headers)
 
 
-async def _domain_error(_request: Request, exc: Exception) -> JSONResponse:
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GpudockError)
-    return error_response(exc)
+    return error_response(exc, request.headers.get("accept-language"))
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:

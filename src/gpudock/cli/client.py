@@ -15,11 +15,13 @@ become CliError here and nowhere else.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Self, TypeVar
 from urllib.parse import quote
 
+import click
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
@@ -69,9 +71,14 @@ class ApiClient:
         *,
         timeout: httpx.Timeout = TIMEOUT,
         transport: httpx.BaseTransport | None = None,
+        language: str | None = None,
     ) -> None:
         self.url = url
-        headers = {"User-Agent": f"gpudock-cli/{__version__}", "Accept": "application/json"}
+        headers = {
+            "User-Agent": f"gpudock-cli/{__version__}",
+            "Accept": "application/json",
+            "Accept-Language": accept_language(language),
+        }
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
@@ -247,4 +254,27 @@ def connect(*, require_token: bool = True) -> ApiClient:
     config = resolve_config()
     if require_token and not config.token:
         raise CliError(f"no API token for {config.url}", hint=LOGIN_HINT)
-    return ApiClient(config.url, config.token)
+    return ApiClient(config.url, config.token, language=_lang_option())
+
+
+def _lang_option() -> str | None:
+    """`gpudock --lang X …`, read from the running command's root context."""
+    context = click.get_current_context(silent=True)
+    value = context.find_root().params.get("lang") if context is not None else None
+    return value if isinstance(value, str) else None
+
+
+def accept_language(explicit: str | None = None) -> str:
+    """The Accept-Language the CLI sends: --lang, else the locale (LC_ALL, then
+    LC_MESSAGES, then LANG, as gettext reads them); English when it says nothing
+    we have. The server words its errors and reasons in it; codes stay English."""
+    tag = explicit
+    if not tag:
+        for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
+            tag = os.environ.get(name)
+            if tag:
+                break
+    tag = (tag or "").split(".")[0].split("@")[0].replace("_", "-")
+    if tag.lower().startswith("zh"):
+        return "zh-CN, en;q=0.5"
+    return "en"

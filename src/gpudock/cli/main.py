@@ -159,8 +159,17 @@ app = typer.Typer(
 
 
 @app.callback()
-def _commands() -> None:
-    """The commands come from COMMANDS, when they are asked for."""
+def _commands(
+    lang: str | None = typer.Option(
+        None,
+        "--lang",
+        metavar="LANG",
+        help="Language of the server's messages: en or zh-CN (default: LC_ALL, LC_MESSAGES "
+        "or LANG).",
+    ),
+) -> None:
+    """The commands come from COMMANDS, when they are asked for; --lang is read by
+    the API client (`gpudock.cli.client.accept_language`)."""
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 """The doctor as one file (`gpudock-doctor`) that runs with a bare python3.
 
 It carries the sources of the doctor's modules and of `images.compat` (with
-its data inline) and installs them under their usual names before running
-`report.main`. gpudock copies it into every instance at creation.
+its data inline, and `messages`, which words its reasons) and installs them
+under their usual names before running `report.main`. gpudock copies it into
+every instance at creation.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from gpudock.images import compat
 
 SCRIPT_PATH = "/usr/local/bin/gpudock-doctor"
 _MODULES = (
+    ("gpudock.messages.catalog", "gpudock.messages", "catalog.py"),
+    ("gpudock.messages", "gpudock.messages", "__init__.py"),  # compat's reasons are messages
     ("gpudock.images.compat", "gpudock.images", "compat.py"),
     ("gpudock.doctor.probe", "gpudock.doctor", "probe.py"),
     ("gpudock.doctor.diagnose", "gpudock.doctor", "diagnose.py"),
@@ -23,13 +26,14 @@ _MODULES = (
 )
 _LOADER = """
 import json, sys, types
-for _pkg in ("gpudock", "gpudock.images", "gpudock.doctor"):
+for _pkg in ("gpudock", "gpudock.messages", "gpudock.images", "gpudock.doctor"):
     _m = types.ModuleType(_pkg)
     _m.__path__ = []
     sys.modules[_pkg] = _m
 for _name, _source in MODULES:
     _m = types.ModuleType(_name)
     _m.__file__ = "gpudock-doctor:" + _name
+    _m.__path__ = []
     sys.modules[_name] = _m
     exec(compile(_source, _m.__file__, "exec"), _m.__dict__)
     if _name == "gpudock.images.compat":

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpudock.images import compat
+from gpudock.messages import Message
 
 PUBLIC, PRIVATE = "public", "private"
 SERVICES_IMAGE = "gpudock/jupyter:bookworm"  # built by gpudock.images.service_image
@@ -57,7 +58,14 @@ class ImageSpec:
                 "the image's GPU architectures were not checked"
             )
         if self.min_driver and driver and compat.version(driver) < compat.version(self.min_driver):
-            result.refuse(f"{self.reference} needs driver >= {self.min_driver}, this is {driver}")
+            result.refuse(
+                Message(
+                    "{image} needs driver >= {needed}, this is {driver}",
+                    image=self.reference,
+                    needed=self.min_driver,
+                    driver=driver,
+                )
+            )
         return result
 
 

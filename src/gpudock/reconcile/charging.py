@@ -40,6 +40,7 @@ from gpudock.db.models import (
     InstanceModel,
     InstanceStatus,
 )
+from gpudock.messages import Message
 from gpudock.services.billing import balances as billing
 from gpudock.services.billing import intervals as metering
 from gpudock.services.billing import postings as ledger
@@ -213,14 +214,29 @@ def _decide(
     return _Decision(action, cause, available, burn_per_hour, running)
 
 
-def _what_to_do(cause: str) -> str:
-    """A spent budget is not fixed by a top-up: say what is."""
-    if cause == "monthly budget":
-        return (
-            "raise or clear the monthly budget (console: Billing; CLI: `gpudock billing budget "
-            "AMOUNT` or `--clear`) and start again"
-        )
-    return "top up (ask an admin) and start again"
+# What a stop or a warning says, by what ran short; a spent budget is not fixed by a
+# top-up, so it says what is. The prefix is metering.BILLING_STOP_PREFIX.
+_STOPPED = {
+    "balance": (
+        "billing: stopped: the balance left ({money}) does not cover the next {period} s at "
+        "{rate}; top up (ask an admin) and start again"
+    ),
+    "monthly budget": (
+        "billing: stopped: the monthly budget left ({money}) does not cover the next {period} s "
+        "at {rate}; raise or clear the monthly budget (console: Billing; CLI: `gpudock billing "
+        "budget AMOUNT` or `--clear`) and start again"
+    ),
+}
+_LOW = {
+    "balance": (
+        "billing: low balance: {money} left, about {minutes} min at {rate}; running instances "
+        "stop (data kept) when it runs out"
+    ),
+    "monthly budget": (
+        "billing: low monthly budget: {money} left, about {minutes} min at {rate}; running "
+        "instances stop (data kept) when it runs out"
+    ),
+}
 
 
 def _protect(
@@ -239,12 +255,15 @@ def _protect(
     decision = _decide(ctx.settings, user, balance, budget_left, now)
     currency = ctx.settings.currency
     money = f"{format_amount(decision.available)} {currency}"
-    rate = f"{format_amount(decision.burn_per_hour)} {currency}/h"
+    rate = Message(
+        "{amount} {currency}/h", amount=format_amount(decision.burn_per_hour), currency=currency
+    )
     if decision.action == Protection.STOP:
-        reason = (
-            f"{metering.BILLING_STOP_PREFIX}stopped: the {decision.cause} left ({money}) does "
-            f"not cover the next {ctx.settings.billing_charge_period_s} s at {rate}; "
-            f"{_what_to_do(decision.cause)}"
+        reason = Message(
+            _STOPPED[decision.cause],
+            money=money,
+            period=ctx.settings.billing_charge_period_s,
+            rate=rate,
         )
         for row in decision.running:
             instance = user.instances[row.instance_id]
@@ -261,10 +280,7 @@ def _protect(
                 )
     elif decision.action == Protection.WARN:
         minutes = decision.available * 60 // max(decision.burn_per_hour, 1)
-        message = (
-            f"{metering.BILLING_STOP_PREFIX}low {decision.cause}: {money} left, about "
-            f"{minutes} min at {rate}; running instances stop (data kept) when it runs out"
-        )
+        message = Message(_LOW[decision.cause], money=money, minutes=minutes, rate=rate)
         newly = [row for row in decision.running if not row.warned]
         for row in newly:
             row.warned = True

@@ -26,7 +26,8 @@ from gpudock.db.models import (
     InstanceModel,
     InstanceStatus,
 )
-from gpudock.errors import RuntimeFailure, RuntimeUnavailable
+from gpudock.errors import GpudockError, RuntimeFailure, RuntimeUnavailable
+from gpudock.messages import Message
 from gpudock.runtime.base import LABEL_CLUSTER, LABEL_GPUS, LABEL_OWNER, ContainerState
 from gpudock.services.billing import intervals as metering
 from gpudock.services.context import ServiceContext
@@ -35,7 +36,7 @@ from gpudock.services.fleet.inventory import allocated_gpu_ids
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.auto_stop import AUTO_STOP_PREFIX
-from gpudock.services.instances.status import switch_instance_status
+from gpudock.services.instances.status import current_reason, switch_instance_status
 from gpudock.services.leases import LeaseHeartbeat, release, try_lease, with_lease
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def advance(ctx: ServiceContext, instance_id: str) -> None:
 def _mark_stopped(ctx: ServiceContext, instance_id: str, token: str) -> None:
     def mutate(session: Session, instance: InstanceModel) -> None:
         _release_placement(session, instance)
-        switch_instance_status(session, instance, S.STOPPED, "stop requested", ctx.clock())
+        switch_instance_status(session, instance, S.STOPPED, Message("stop requested"), ctx.clock())
 
     with_lease(ctx, instance_id, token, mutate)
 
@@ -115,7 +116,7 @@ def _mark_starting(ctx: ServiceContext, instance_id: str, token: str) -> None:
         instance_id,
         token,
         lambda session, instance: switch_instance_status(
-            session, instance, S.STARTING, "start requested", ctx.clock()
+            session, instance, S.STARTING, Message("start requested"), ctx.clock()
         ),
     )
 
@@ -147,7 +148,12 @@ def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> 
     ).first()
     if unfit is not None:  # never start on a GPU that is not healthy
         _release_placement(session, instance)
-        reason = f"GPU {unfit.index} of {host.name} is {unfit.state}; moving to a healthy GPU"
+        reason = Message(
+            "GPU {index} of {host} is {state}; moving to a healthy GPU",
+            index=unfit.index,
+            host=host.name,
+            state=Message(unfit.state.value),
+        )
         switch_instance_status(session, instance, S.MIGRATING, reason, now)
         return None
     session.expunge(host)
@@ -185,7 +191,12 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
         _note_retry(ctx, instance_id, token, exc)
         return
     except RuntimeFailure as exc:
-        _fail(ctx, instance_id, token, f"could not start the container: {exc.message}")
+        _fail(
+            ctx,
+            instance_id,
+            token,
+            Message("could not start the container: {error}", error=exc.message),
+        )
         return
     _mark_running(ctx, instance_id, token, state, run)
     # After 'running' is reported: the copy costs a round trip the user need not wait for.
@@ -235,11 +246,14 @@ def _mark_running(
         instance.container_id = state.id
         instance.container_gpus = ",".join(run.gpus)
         migration.record_first_home(instance, run.host.id, ctx.cluster_id)
-        gpus = f"{len(run.gpus)} × {instance.gpu_model}" if run.gpus else "no GPU"
-        at = state.started_at or ctx.clock()
-        switch_instance_status(
-            session, instance, S.RUNNING, f"running on {run.host.name} ({gpus})", at
+        gpus = (
+            Message("{count} × {models}", count=len(run.gpus), models=instance.gpu_model)
+            if run.gpus
+            else Message("no GPU")
         )
+        at = state.started_at or ctx.clock()
+        reason = Message("running on {host} ({gpus})", host=run.host.name, gpus=gpus)
+        switch_instance_status(session, instance, S.RUNNING, reason, at)
 
     with_lease(ctx, instance_id, token, mutate)
 
@@ -255,9 +269,14 @@ def _fail(ctx: ServiceContext, instance_id: str, token: str, reason: str) -> Non
     with_lease(ctx, instance_id, token, mutate)
 
 
+def _said(exc: Exception) -> str:
+    """What an error says, a `Message` where it is one of ours."""
+    return exc.message if isinstance(exc, GpudockError) else str(exc)
+
+
 def _note_retry(ctx: ServiceContext, instance_id: str, token: str, exc: Exception) -> None:
     def mutate(session: Session, instance: InstanceModel) -> None:
-        reason = f"retrying: {exc}"
+        reason = Message("retrying: {error}", error=_said(exc))
         if instance.status_reason != reason:
             switch_instance_status(session, instance, instance.status, reason, ctx.clock())
 
@@ -269,7 +288,8 @@ def _note_retry(ctx: ServiceContext, instance_id: str, token: str, exc: Exceptio
 def _stop(ctx: ServiceContext, instance_id: str, token: str) -> None:
     def begin(session: Session, instance: InstanceModel) -> None:
         if instance.status != S.STOPPING:
-            switch_instance_status(session, instance, S.STOPPING, "stop requested", ctx.clock())
+            reason = Message("stop requested")
+            switch_instance_status(session, instance, S.STOPPING, reason, ctx.clock())
 
     with_lease(ctx, instance_id, token, begin)
     name = containers.container_name(ctx.cluster_id, instance_id)
@@ -283,12 +303,12 @@ def _stop(ctx: ServiceContext, instance_id: str, token: str) -> None:
 
     def finish(session: Session, instance: InstanceModel) -> None:
         if instance.desired_state == DesiredState.RUNNING:  # a restart: keep the GPUs
-            switch_instance_status(session, instance, S.STARTING, "restarting", at)
+            switch_instance_status(session, instance, S.STARTING, Message("restarting"), at)
         else:
             _release_placement(session, instance)
-            reason = "stopped; data kept"
+            reason = Message("stopped; data kept")
             if instance.status_reason.startswith((metering.BILLING_STOP_PREFIX, AUTO_STOP_PREFIX)):
-                reason = f"{instance.status_reason}; data kept"
+                reason = Message("{reason}; data kept", reason=current_reason(instance))
             switch_instance_status(session, instance, S.STOPPED, reason, at)
 
     with_lease(ctx, instance_id, token, finish)
@@ -309,7 +329,9 @@ def _evacuate(ctx: ServiceContext, instance_id: str, token: str) -> None:
 
     def release_gpus(session: Session, instance: InstanceModel) -> None:
         _release_placement(session, instance)
-        reason = f"{instance.status_reason}; stopped, waiting for a healthy GPU"
+        reason = Message(
+            "{reason}; stopped, waiting for a healthy GPU", reason=current_reason(instance)
+        )
         switch_instance_status(session, instance, S.MIGRATING, reason, ctx.clock())
 
     with_lease(ctx, instance_id, token, release_gpus)

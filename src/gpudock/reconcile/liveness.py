@@ -15,6 +15,7 @@ from gpudock.db.models import (
     InstanceStatus,
 )
 from gpudock.errors import GpudockError
+from gpudock.messages import Message
 from gpudock.runtime.base import ContainerState
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import auto_stop
@@ -50,7 +51,9 @@ def check_running(ctx: ServiceContext) -> None:
 
 def _recover(ctx: ServiceContext, instance_id: str, vanished: bool) -> None:
     """Restart (or recreate) it; an exited one whose auto-stop says so stops instead."""
-    reason = "container disappeared; recreating" if vanished else "container exited; restarting"
+    reason = Message(
+        "container disappeared; recreating" if vanished else "container exited; restarting"
+    )
     state = None if vanished else _exited_state(ctx, instance_id)
     at = _exited_at(ctx, state)
     with ctx.sessions.begin() as session:

@@ -24,6 +24,7 @@ from gpudock.db.models import (
     InstanceModel,
     InstanceStatus,
 )
+from gpudock.messages import Message
 from gpudock.scheduler.placement import (
     WHOLE_MILLI,
     HostCapacity,
@@ -132,25 +133,32 @@ def _nearest_host(snapshot: list[HostCapacity], request: PlacementRequest) -> st
 
 def waiting_reason(instance: InstanceModel) -> str:
     models = " or ".join(instance.accepted_models)
+    what: Message
     if instance.gpu_share_milli is not None:
-        what = f"a {instance.gpu_share_milli / 1000:.3f} share of one {models}"
+        share = f"{instance.gpu_share_milli / 1000:.3f}"
+        what = Message("a {share} share of one {models}", share=share, models=models)
+    elif instance.gpu_count and instance.stay_on_host:
+        template = "{count} × {models} on its own host (started with --stay)"
+        what = Message(template, count=instance.gpu_count, models=models)
     elif instance.gpu_count:
-        what = f"{instance.gpu_count} × {models}"
-        if instance.stay_on_host:
-            what += " on its own host (started with --stay)"
+        what = Message("{count} × {models}", count=instance.gpu_count, models=models)
     else:
-        what = f"{instance.cpu:g} CPU and {instance.memory_gb} GB of memory"
+        template = "{cpu} CPU and {memory} GB of memory"
+        what = Message(template, cpu=f"{instance.cpu:g}", memory=instance.memory_gb)
     if instance.status == S.MIGRATING:
-        return f"moving: waiting for a healthy {what}; no capacity free now"
-    return f"waiting for {what}"
+        return Message("moving: waiting for a healthy {what}; no capacity free now", what=what)
+    return Message("waiting for {what}", what=what)
 
 
 def _note_waiting(ctx: ServiceContext, instance: InstanceModel, reserving: str | None) -> None:
     reason = waiting_reason(instance)
     if reserving is not None:
-        reason += (
-            f"; waiting longer than {ctx.settings.queue_overtake_limit_s:g} s, so it holds "
-            f"host {reserving}: nothing that came later is placed there until it runs"
+        reason = Message(
+            "{reason}; waiting longer than {limit} s, so it holds host {host}: nothing that "
+            "came later is placed there until it runs",
+            reason=reason,
+            limit=f"{ctx.settings.queue_overtake_limit_s:g}",
+            host=reserving,
         )
     if instance.status_reason == reason:
         return
@@ -179,7 +187,9 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
             )
             if refused is not None:  # the balance is checked again at placement
                 row.desired_state = DesiredState.STOPPED
-                switch_instance_status(session, row, S.STOPPED, f"not started: {refused}", now)
+                switch_instance_status(
+                    session, row, S.STOPPED, Message("not started: {why}", why=refused), now
+                )
                 return False
             if row.gpu_share_milli is not None:
                 _claim_share(session, row, placement.gpu_uuids[0], now)
@@ -191,9 +201,9 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
             _record_model(row, placement.model)
             session.flush()
             new_status = S.CREATING if row.status == S.PENDING else S.STARTING
-            reason = "placed; starting the container"
+            reason = Message("placed; starting the container")
             if row.status == S.MIGRATING:
-                reason = "placed on healthy GPUs; moving"
+                reason = Message("placed on healthy GPUs; moving")
             switch_instance_status(session, row, new_status, reason, now)
     except (IntegrityError, _ShareTaken):
         log.info("placement of %s lost a race for a GPU; will retry", instance.id)

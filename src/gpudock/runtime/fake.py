@@ -363,7 +363,8 @@ class FakeRuntime:
         usage = self.usage.get(container.state.id, FakeUsage())
         return ContainerStats(
             cpu_total_ns=usage.cpu_total_ns,
-            cpu_limit=container.spec.cpus,
+            # as Docker holds it: no more CPUs than the engine has
+            cpu_limit=min(container.spec.cpus, float(self.engine_info().cpus)),
             memory_bytes=usage.memory_bytes,
             memory_limit_bytes=container.spec.memory_mb * 2**20,
             pids=usage.pids,

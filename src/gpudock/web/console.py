@@ -15,6 +15,7 @@ from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpudock.billing.money import format_amount, format_cents
+from gpudock.messages import Message
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances.usage import CpuMeter
 from gpudock.services.rate_limits import RateGate
@@ -49,12 +50,19 @@ def _mib(count_mib: int) -> str:
     return format_size(count_mib * MIB, precision=0)
 
 
-def _duration(seconds: int) -> str:
-    """4000 → '1 h 06 min'; under a minute, seconds."""
+def _duration(seconds: int) -> Message:
+    """4000 → '1 h 06 min'; under a minute, seconds; from two days, days and hours.
+    A message: the template's `t()` shows it in the reader's language."""
     if seconds < 60:
-        return f"{seconds} s"
+        return Message("{n} s", n=seconds)
     hours, minutes = divmod(seconds // 60, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
+    if hours >= 48:
+        return Message("{d} d {h} h", d=hours // 24, h=hours % 24)
+    return (
+        Message("{h} h {m} min", h=hours, m=f"{minutes:02d}")
+        if hours
+        else Message("{n} min", n=minutes)
+    )
 
 
 def _cash(micros: int) -> Markup:

@@ -1,14 +1,20 @@
 """The console's message catalog: English is the key, Simplified Chinese the translation.
 
 A string missing from a catalog falls back to English, so a new page never
-shows a blank. Messages from services (errors) stay in English: they are also
-what the API and the CLI print.
+shows a blank. What services say (reasons, events, errors, ledger lines) is in
+`gpudock.messages.catalog`, shared with the API; the translator looks in both.
+Entries here are plain strings: `{name}` fields for the values a sentence
+takes, whole sentences, never glued fragments. tests/web/test_zh_cn_crawl.py
+finds any English left on a page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
+
+from gpudock.messages import Message, localize, negotiate
+from gpudock.messages.catalog import ZH_CN_MESSAGES
 
 LANGUAGES = {"en": "English", "zh-CN": "简体中文"}
 DEFAULT_LANGUAGE = "en"
@@ -58,7 +64,7 @@ ZH_CN: dict[str, str] = {
     "Memory": "内存",
     "GPU memory": "显存",
     "Free": "空闲",
-    "Total": "总数",
+    "Total": "合计",
     "Hosts": "主机",
     "Max per host": "单机最多",
     "Price / hour": "每小时价格",
@@ -105,11 +111,13 @@ ZH_CN: dict[str, str] = {
     "free": "空闲",
     "of": "/",
     "at most {n} on one host": "单机最多 {n} 张",
-    "optional; a name is made up if empty": "可选；留空则自动生成",
     "Create": "创建",
     "Fix the problem below and try again.": "请修正以下问题后重试。",
-    "count must be a whole number from 0 to 16": "数量必须是 0 到 16 的整数",
-    "disk must be a whole number of GB": "磁盘大小必须是整数 GB",
+    "Fix the problems marked below and try again.": "请修正下方标出的问题后重试。",
+    "1 to {n} GB; the data disk, /root/data": "1 到 {n} GB；数据盘，即 /root/data",
+    "optional: lower-case letters, digits and '-'; a name is made up if empty": (
+        "可选：小写字母、数字和“-”；留空则自动生成"
+    ),
     "ID": "ID",
     "Page {page} of {pages}": "第 {page} / {pages} 页",
     "{n} instances": "共 {n} 个实例",
@@ -246,6 +254,49 @@ ZH_CN: dict[str, str] = {
     "Processes": "进程数",
     "utilisation: n/a (simulated)": "利用率：不可用（模拟 GPU）",
     "utilisation: n/a": "利用率：不可用",
+    # instance detail: the Connect panel; the dashboard's first step
+    "Connect": "连接",
+    "You have no SSH key yet, so nothing can log in. Add your public key first:": (
+        "你还没有 SSH 密钥，因此无法登录。请先添加你的公钥："
+    ),
+    "None of your keys is accepted: this server refuses keys registered without a proof. "
+    "Add one again on the SSH keys page.": (
+        "你的密钥都不被接受：本服务器拒绝未经持有证明登记的密钥。请在“SSH 密钥”页面重新添加。"
+    ),
+    "Keys that log in:": "可登录的密钥：",
+    "Manage SSH keys": "管理 SSH 密钥",
+    "The instance is not running: start it (Start above, or `gpudock instances start "
+    "{ref}`), then connect.": (
+        "实例未在运行：请先开机（点击上方“开机”，或运行 `gpudock instances start {ref}`），再连接。"
+    ),
+    "The lines use {identity}: the private key of a key listed above; change the path if "
+    "yours is elsewhere.": (
+        "以下命令使用 {identity}，即上面所列某个密钥的私钥；如果你的私钥在别处，请修改路径。"
+    ),
+    "Terminal": "终端",
+    "Copy a file": "复制文件",
+    "Sync a folder": "同步文件夹",
+    "Open a port locally (Jupyter on 8888)": "在本地打开端口（Jupyter 用 8888）",
+    "VS Code Remote-SSH (after the ~/.ssh/config entry below)": (
+        "VS Code Remote-SSH（需先添加下方的 ~/.ssh/config 条目）"
+    ),
+    "Append this to ~/.ssh/config, then `ssh {alias}` works, and so do scp, rsync and VS Code "
+    "by that name. `gpudock ssh-config -i KEY` prints it for all your instances and pins the "
+    "host key.": (
+        "把这段追加到 ~/.ssh/config 后，`ssh {alias}` 即可登录，"
+        "scp、rsync 和 VS Code 也可用这个名字。"
+        "`gpudock ssh-config -i KEY` 会为你的所有实例输出此配置并固定主机密钥。"
+    ),
+    "The gateway's host key, to compare on the first connection:": (
+        "网关的主机密钥（首次连接时核对）："
+    ),
+    "To log in to an instance, add your SSH public key first.": (
+        "要登录实例，请先添加你的 SSH 公钥。"
+    ),
+    "The gateway lets in only keys registered here; it takes a minute.": (
+        "网关只接受在此登记的密钥；只需一分钟。"
+    ),
+    "Add an SSH key": "添加 SSH 密钥",
     # SSH keys
     "Add a key": "添加密钥",
     "Public key": "公钥",
@@ -408,7 +459,6 @@ ZH_CN: dict[str, str] = {
     "Largest share": "最大份额",
     "{free} of the card free for shares": "该卡还有 {free} 可分",
     # --- web terminal ---
-    "Terminal": "终端",
     "Open terminal": "打开终端",
     "Close terminal": "关闭终端",
     "Connecting…": "正在连接…",
@@ -523,29 +573,38 @@ ZH_CN: dict[str, str] = {
     # --- end service URLs ---
 }
 
-CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN}
+CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN_MESSAGES | ZH_CN}
 
-Translator = Callable[..., str]
+
+class Translator:
+    """The templates' `t`: `t("Page {page} of {pages}", page=1, pages=3)` for the
+    console's own strings, `t(text)` for a text that may be a `Message`, and
+    `t.stored(text, structure)` for one read from the database with its
+    structure (`gpudock.messages`)."""
+
+    def __init__(self, language: str) -> None:
+        self.language = language
+        self.catalog = CATALOGS.get(language, {})
+
+    def __call__(self, message: str, **values: Any) -> str:
+        if values:
+            shown = {
+                k: localize(v, self.language, catalog=self.catalog) if isinstance(v, Message) else v
+                for k, v in values.items()
+            }
+            return self.catalog.get(message, message).format(**shown)
+        return localize(message, self.language, catalog=self.catalog)
+
+    def stored(self, text: str | None, structure: Mapping[str, Any] | None) -> str:
+        return localize(text, self.language, structure, catalog=self.catalog)
 
 
 def pick_language(cookie: str | None, accept_language: str | None) -> str:
     """The cookie wins; else the browser's first preference we have; else English."""
     if cookie in LANGUAGES:
         return cookie
-    for part in (accept_language or "").split(","):
-        tag = part.split(";")[0].strip().lower()
-        if tag.startswith("zh"):
-            return "zh-CN"
-        if tag.startswith("en"):
-            return "en"
-    return DEFAULT_LANGUAGE
+    return negotiate(accept_language)
 
 
 def translator(language: str) -> Translator:
-    catalog = CATALOGS.get(language, {})
-
-    def translate(message: str, **values: Any) -> str:
-        text = catalog.get(message, message)
-        return text.format(**values) if values else text
-
-    return translate
+    return Translator(language)

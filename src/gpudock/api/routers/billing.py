@@ -23,10 +23,11 @@ from gpudock.api.billing_schemas import (
     UsagePublic,
     UsageReportPublic,
 )
-from gpudock.api.deps import AdminUser, Context, CurrentUser
+from gpudock.api.deps import AdminUser, Context, CurrentUser, Language
 from gpudock.api.errors import error_responses
 from gpudock.billing.money import format_amount, parse_amount
 from gpudock.db.models import BillingPriceModel
+from gpudock.messages import localize
 from gpudock.services.billing import balances as billing
 from gpudock.services.billing import statements
 from gpudock.services.billing.balances import BalanceSummary
@@ -177,7 +178,7 @@ def set_budget(
     return _balance(billing.set_budget(ctx, subject, amount), ctx.settings.currency)
 
 
-def _line(line: Line, currency: str) -> LedgerLinePublic:
+def _line(line: Line, currency: str, lang: str) -> LedgerLinePublic:
     p = line.posting
     return LedgerLinePublic(
         id=p.id,
@@ -195,7 +196,7 @@ def _line(line: Line, currency: str) -> LedgerLinePublic:
         seconds=p.seconds,
         rate=format_amount(p.rate_micro) if p.rate_micro is not None else None,
         rate_unit=line.rate_unit,
-        description=p.description,
+        description=localize(p.description, lang, p.description_msg),
     )
 
 
@@ -213,6 +214,7 @@ def _csv(chunks: Iterator[str], name: str) -> StreamingResponse:
 def ledger(
     ctx: Context,
     user: CurrentUser,
+    lang: Language,
     start: From = None,
     end: To = None,
     limit: Annotated[int, Query(ge=1, le=statements.MAX_PAGE)] = 100,
@@ -227,7 +229,7 @@ def ledger(
     currency = ctx.settings.currency
     return LedgerPagePublic(
         currency=currency,
-        lines=[_line(line, currency) for line in page.lines],
+        lines=[_line(line, currency, lang) for line in page.lines],
         next_cursor=page.next_cursor,
     )
 

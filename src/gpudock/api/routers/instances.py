@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from gpudock.api.deps import Context, CurrentUser
+from gpudock.api.deps import Context, CurrentUser, Language
 from gpudock.api.errors import error_responses
 from gpudock.api.links import links
 from gpudock.api.schemas import (
@@ -17,6 +17,7 @@ from gpudock.api.schemas import (
     InstanceQueuePublic,
 )
 from gpudock.db.models import AutoStopModel
+from gpudock.messages import localize
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances import auto_stop, queue
@@ -43,7 +44,10 @@ CHANGE = {**error_responses(404, 409), **NEXT}  # stop, restart, delete: the sta
 
 
 def _public(
-    ctx: ServiceContext, v: InstanceView, queue_position: queue.QueuePosition | None = None
+    ctx: ServiceContext,
+    v: InstanceView,
+    lang: str,
+    queue_position: queue.QueuePosition | None = None,
 ) -> InstancePublic:
     i = v.instance
     return InstancePublic(
@@ -51,7 +55,7 @@ def _public(
         name=i.name,
         user_id=i.user_id,
         status=i.status.value,
-        status_reason=i.status_reason,
+        status_reason=localize(i.status_reason, lang, i.status_reason_msg),
         desired_state=i.desired_state.value,
         gpu_model=i.gpu_model,
         gpu_count=i.gpu_count,
@@ -71,7 +75,7 @@ def _public(
         gpu_share=v.share_text,
         gpu_share_milli=i.gpu_share_milli,
         gpu_memory_limit_mb=v.share_memory_mb,
-        queue=_queue_public(queue_position) if queue_position else None,
+        queue=_queue_public(queue_position, lang) if queue_position else None,
         auto_stop=_auto_stop_public(v.auto_stop) if v.auto_stop else None,
     )
 
@@ -99,12 +103,12 @@ def _policy(body: AutoStopRequest | None) -> AutoStopPolicy | None:
     )
 
 
-def _queue_public(position: queue.QueuePosition) -> InstanceQueuePublic:
+def _queue_public(position: queue.QueuePosition, lang: str) -> InstanceQueuePublic:
     return InstanceQueuePublic(
         position=position.position,
         waiting=position.waiting,
-        reason=position.reason,
-        estimate=position.estimate,
+        reason=localize(position.reason, lang),
+        estimate=localize(position.estimate, lang),
     )
 
 
@@ -125,20 +129,24 @@ def _request_from(body: InstanceCreateRequest) -> InstanceRequest:
     status_code=201,
     responses={**error_responses(402, 409), **links(201, "instance_id", "id", _NEXT)},
 )
-def create(ctx: Context, user: CurrentUser, body: InstanceCreateRequest) -> InstancePublic:
+def create(
+    ctx: Context, user: CurrentUser, lang: Language, body: InstanceCreateRequest
+) -> InstancePublic:
     request = _request_from(body)
-    return _public(ctx, instances.view(ctx, instances.create_instance(ctx, user, request)))
+    return _public(ctx, instances.view(ctx, instances.create_instance(ctx, user, request)), lang)
 
 
 @router.get("", response_model=list[InstancePublic])
-def list_instances(ctx: Context, user: CurrentUser) -> list[InstancePublic]:
-    return [_public(ctx, v) for v in instances.views(ctx, instances.list_instances(ctx, user))]
+def list_instances(ctx: Context, user: CurrentUser, lang: Language) -> list[InstancePublic]:
+    return [
+        _public(ctx, v, lang) for v in instances.views(ctx, instances.list_instances(ctx, user))
+    ]
 
 
 @router.get("/{instance_id}", response_model=InstancePublic, responses=SHOW)
-def show(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
+def show(ctx: Context, user: CurrentUser, lang: Language, instance_id: str) -> InstancePublic:
     instance = instances.get_instance(ctx, user, instance_id)
-    return _public(ctx, instances.view(ctx, instance), queue.queue_position(ctx, instance))
+    return _public(ctx, instances.view(ctx, instance), lang, queue.queue_position(ctx, instance))
 
 
 @router.post(
@@ -149,6 +157,7 @@ def show(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
 def start(
     ctx: Context,
     user: CurrentUser,
+    lang: Language,
     instance_id: str,
     stay: Annotated[
         bool,
@@ -159,12 +168,12 @@ def start(
     ] = False,
 ) -> InstancePublic:
     started = instances.start_instance(ctx, user, instance_id, stay=stay)
-    return _public(ctx, instances.view(ctx, started))
+    return _public(ctx, instances.view(ctx, started), lang)
 
 
 @router.post("/{instance_id}/stop", response_model=InstancePublic, responses=CHANGE)
-def stop(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(ctx, instances.view(ctx, instances.stop_instance(ctx, user, instance_id)))
+def stop(ctx: Context, user: CurrentUser, lang: Language, instance_id: str) -> InstancePublic:
+    return _public(ctx, instances.view(ctx, instances.stop_instance(ctx, user, instance_id)), lang)
 
 
 @router.put(
@@ -173,25 +182,39 @@ def stop(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
     responses={**error_responses(404, 409, 422), **NEXT},
 )
 def change_auto_stop(
-    ctx: Context, user: CurrentUser, instance_id: str, body: AutoStopRequest
+    ctx: Context, user: CurrentUser, lang: Language, instance_id: str, body: AutoStopRequest
 ) -> InstancePublic:
     """Replace the policy: fields left out are off (`{}` removes every auto-stop)."""
     policy = _policy(body) or AutoStopPolicy()
     changed = instances.change_auto_stop(ctx, user, instance_id, policy)
-    return _public(ctx, instances.view(ctx, changed))
+    return _public(ctx, instances.view(ctx, changed), lang)
 
 
 @router.post("/{instance_id}/restart", response_model=InstancePublic, responses=CHANGE)
-def restart(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(ctx, instances.view(ctx, instances.restart_instance(ctx, user, instance_id)))
+def restart(ctx: Context, user: CurrentUser, lang: Language, instance_id: str) -> InstancePublic:
+    return _public(
+        ctx, instances.view(ctx, instances.restart_instance(ctx, user, instance_id)), lang
+    )
 
 
 @router.delete("/{instance_id}", response_model=InstancePublic, responses=CHANGE)
-def delete(ctx: Context, user: CurrentUser, instance_id: str) -> InstancePublic:
-    return _public(ctx, instances.view(ctx, instances.delete_instance(ctx, user, instance_id)))
+def delete(ctx: Context, user: CurrentUser, lang: Language, instance_id: str) -> InstancePublic:
+    return _public(
+        ctx, instances.view(ctx, instances.delete_instance(ctx, user, instance_id)), lang
+    )
 
 
 @router.get("/{instance_id}/events", response_model=list[InstanceEventPublic], responses=NOT_FOUND)
-def events(ctx: Context, user: CurrentUser, instance_id: str) -> list[InstanceEventPublic]:
+def events(
+    ctx: Context, user: CurrentUser, lang: Language, instance_id: str
+) -> list[InstanceEventPublic]:
     found = instances.list_events(ctx, user, instance_id)
-    return [InstanceEventPublic.model_validate(e, from_attributes=True) for e in found]
+    return [
+        InstanceEventPublic(
+            at=e.at,
+            from_status=e.from_status,
+            to_status=e.to_status,
+            message=localize(e.message, lang, e.message_msg),
+        )
+        for e in found
+    ]

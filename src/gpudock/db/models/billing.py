@@ -4,8 +4,10 @@ integer micro-units (BigInteger) everywhere; see gpudock.billing."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
     CheckConstraint,
@@ -98,6 +100,9 @@ class BillingPostingModel(Base):
     rate_micro: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     rate_per_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
     description: Mapped[str] = mapped_column(Text, default="")
+    description_msg: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON, nullable=True, comment="description as message id + parameters (gpudock.messages)"
+    )
     created_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
     request_digest: Mapped[str | None] = mapped_column(
         String(64), nullable=True, comment="what a top-up asked for, to refuse a reused key"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    JSON,
     Boolean,
     Float,
     ForeignKey,
@@ -86,6 +87,9 @@ class InstanceModel(Base):
         comment="written only by services.instances.switch_instance_status()",
     )
     status_reason: Mapped[str] = mapped_column(Text, default="")
+    status_reason_msg: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON, nullable=True, comment="status_reason as message id + parameters (gpudock.messages)"
+    )
     desired_state: Mapped[DesiredState] = mapped_column(enum_column(DesiredState))
     host_id: Mapped[str | None] = mapped_column(
         ForeignKey("hosts.id"), nullable=True, comment="where it runs, or ran last"
@@ -137,3 +141,6 @@ class InstanceEventModel(Base):
     from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
     to_status: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text, default="")
+    message_msg: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON, nullable=True, comment="message as message id + parameters (gpudock.messages)"
+    )

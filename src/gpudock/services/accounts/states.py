@@ -35,6 +35,7 @@ from gpudock.db.models import (
     WebSessionModel,
 )
 from gpudock.errors import Conflict, Forbidden, NotFound, Unauthenticated
+from gpudock.messages import Message
 from gpudock.services.billing import postings as ledger
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import status as instance_status
@@ -165,7 +166,13 @@ def disable_user(
     """Disable (idempotent): access ends now, instances stop through the ordinary path."""
     now = ctx.clock()
     why = (reason or "").strip()[:MAX_REASON]
-    note = f"stopped: user {name} disabled by {admin.name}" + (f" ({why})" if why else "")
+    note = (
+        Message(
+            "stopped: user {name} disabled by {admin} ({why})", name=name, admin=admin.name, why=why
+        )
+        if why
+        else Message("stopped: user {name} disabled by {admin}", name=name, admin=admin.name)
+    )
     with ctx.sessions.begin() as session:
         user = _load(session, name)
         _check_may_change(session, admin, user, "disable")
@@ -175,7 +182,9 @@ def disable_user(
         stopped = [
             i.id
             for i in _live_instances(session, user)
-            if instance_status.request_stop(session, i, note + "; data kept", now)
+            if instance_status.request_stop(
+                session, i, Message("{reason}; data kept", reason=note), now
+            )
         ]
     ctx.wake_reconciler()
     return StateChange(user=user, instances=stopped)

@@ -39,6 +39,7 @@ from gpudock.db.models import (
     UserModel,
 )
 from gpudock.errors import Conflict, InvalidRequest, NotFound, PaymentRequired
+from gpudock.messages import Message
 from gpudock.services.billing import intervals as metering
 from gpudock.services.billing import postings as ledger
 from gpudock.services.billing.postings import PostingDetails
@@ -197,7 +198,7 @@ def _topup_once(
             at=now,
         )
         details = PostingDetails(
-            description=note or f"top-up by {admin.name}",
+            description=note or Message("top-up by {admin}", admin=admin.name),
             created_by=admin.id,
             request_digest=digest,
         )
@@ -337,28 +338,56 @@ def shortfall(
     seconds = max(settings.billing_min_balance_seconds, settings.billing_charge_period_s)
     total = Rate(rate.per_hour + others)
     needed = required_for_start(total, seconds)
-    what = f"{_shape(shape)} at {format_amount(rate.per_hour)} {settings.currency}/h"
+    currency = settings.currency
+    what = _priced_shape(shape, rate.per_hour, currency)
     if state.available < needed:
-        beside = (
-            f" beside what you run or have waiting ({format_amount(others)} {settings.currency}/h)"
-            if others
-            else ""
-        )
-        return (
-            f"balance {format_amount(state.available)} {settings.currency} does not cover "
-            f"{seconds} s of {what}{beside}: {format_amount(needed)} {settings.currency} "
-            "is needed; ask an admin for a top-up"
+        return Message(
+            _SHORT_BESIDE if others else _SHORT,
+            available=format_amount(state.available),
+            currency=currency,
+            seconds=seconds,
+            what=what,
+            others=_per_hour(others, currency),
+            needed=format_amount(needed),
         )
     period = settings.billing_charge_period_s
     if state.monthly_budget is not None:
         left = state.monthly_budget - state.month_spent
         if left < total.ceil_for(period):
-            return (
-                f"this month's budget of {format_amount(state.monthly_budget)} "
-                f"{settings.currency} has {format_amount(max(left, 0))} {settings.currency} "
-                f"left, less than {period} s of {what}; raise it with `gpudock billing budget`"
+            return Message(
+                "this month's budget of {budget} {currency} has {left} {currency} left, less "
+                "than {period} s of {what}; raise it on the Billing page or with "
+                "`gpudock billing budget`",
+                budget=format_amount(state.monthly_budget),
+                currency=currency,
+                left=format_amount(max(left, 0)),
+                period=period,
+                what=what,
             )
     return None
+
+
+_SHORT = (
+    "balance {available} {currency} does not cover {seconds} s of {what}: {needed} {currency} "
+    "is needed; ask an admin for a top-up"
+)
+_SHORT_BESIDE = (
+    "balance {available} {currency} does not cover {seconds} s of {what} beside what you run "
+    "or have waiting ({others}): {needed} {currency} is needed; ask an admin for a top-up"
+)
+
+
+def _per_hour(micros: int, currency: str) -> Message:
+    return Message("{amount} {currency}/h", amount=format_amount(micros), currency=currency)
+
+
+def _priced_shape(shape: Shape, per_hour: int, currency: str) -> Message:
+    rate = _per_hour(per_hour, currency)
+    if not shape.gpu_count:
+        return Message("a no-GPU instance at {rate}", rate=rate)
+    return Message(
+        "{count} × {model} at {rate}", count=shape.gpu_count, model=shape.gpu_model, rate=rate
+    )
 
 
 def waiting_burn_per_hour(session: Session, user_id: str, exclude: str | None) -> int:
@@ -391,10 +420,6 @@ def check_funds(
     reason = shortfall(session, settings, user_id, shape, now)
     if reason is not None:
         raise PaymentRequired(reason)
-
-
-def _shape(shape: Shape) -> str:
-    return f"{shape.gpu_count} × {shape.gpu_model}" if shape.gpu_count else "a no-GPU instance"
 
 
 def is_compute(row: BillingIntervalModel) -> bool:

@@ -48,6 +48,7 @@ from gpudock.db.models import (
     InstanceModel,
     InstanceStatus,
 )
+from gpudock.messages import Message
 from gpudock.services.billing import postings as ledger
 from gpudock.services.billing.postings import PostingDetails
 
@@ -228,25 +229,36 @@ def details_for(row: BillingIntervalModel, charge: Charge) -> PostingDetails:
 
 def describe(row: BillingIntervalModel, seconds: int, *, refund: bool = False) -> str:
     """'60 s × 2 × A100-80GB at 7.2/h' — amounts are shown with the currency elsewhere."""
+    rate = format_amount(row.rate_micro)
     if row.kind == IntervalKind.STORAGE.value:
-        what = f"{row.disk_gb} GB stopped disk at {format_amount(row.rate_micro)}/day"
+        text = Message(
+            "{seconds} s × {disk} GB stopped disk at {rate}/day",
+            seconds=seconds,
+            disk=row.disk_gb,
+            rate=rate,
+        )
+    elif not row.gpu_count:
+        text = Message("{seconds} s × no-GPU at {rate}/h", seconds=seconds, rate=rate)
     else:
-        what = f"{_compute_shape(row)} at {format_amount(row.rate_micro)}/h"
-    text = f"{seconds} s × {what}"
-    return f"refund of {text} charged ahead of the stop" if refund else text
+        text = Message(
+            "{seconds} s × {count} × {model} at {rate}/h",
+            seconds=seconds,
+            count=_gpu_count(row),
+            model=row.gpu_model,
+            rate=rate,
+        )
+    return Message("refund of {charge} charged ahead of the stop", charge=text) if refund else text
 
 
-def _compute_shape(row: BillingIntervalModel) -> str:
-    """'2 × A100-80GB', '0.5 × A100-80GB' (a share: fixed when the instance is
-    created, so the instance's is the interval's), or 'no-GPU'."""
-    if not row.gpu_count:
-        return "no-GPU"
+def _gpu_count(row: BillingIntervalModel) -> str:
+    """'2', or '0.5' for a share (fixed when the instance is created, so the
+    instance's is the interval's)."""
     session = object_session(row)
     instance = session.get(InstanceModel, row.instance_id) if session is not None else None
     if instance is not None and instance.gpu_share_milli is not None:
         share = Decimal(instance.gpu_share_milli) / SHARE_DENOMINATOR
-        return f"{share.normalize()} × {row.gpu_model}"
-    return f"{row.gpu_count} × {row.gpu_model}"
+        return str(share.normalize())
+    return str(row.gpu_count)
 
 
 def unposted(states: list[IntervalState], now: datetime) -> int:

@@ -17,6 +17,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from gpudock import messages
 from gpudock.billing.ledger import Posting, user_account
 from gpudock.db.models import BillingAccountModel, BillingPostingModel
 
@@ -114,6 +115,7 @@ def _row(posting: Posting, extra: PostingDetails, now: datetime) -> BillingPosti
         rate_micro=extra.rate_micro,
         rate_per_s=extra.rate_per_s,
         description=extra.description,
+        description_msg=messages.stored(extra.description),
         created_by=extra.created_by,
         request_digest=extra.request_digest,
     )

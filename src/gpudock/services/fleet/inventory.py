@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
@@ -19,10 +20,13 @@ from gpudock.db.models import (
     InstanceModel,
     MetaModel,
 )
+from gpudock.errors import GpudockError
 from gpudock.gpu.base import HostInfo
 from gpudock.scheduler.placement import WHOLE_MILLI, GpuSlot, HostCapacity, SharedGpu
 from gpudock.services.billing import intervals as metering
 from gpudock.services.context import ServiceContext
+
+log = logging.getLogger(__name__)
 
 
 def ensure_cluster_id(ctx: ServiceContext) -> str:
@@ -36,8 +40,25 @@ def ensure_cluster_id(ctx: ServiceContext) -> str:
         return row.value
 
 
+def within_engine(ctx: ServiceContext, hosts: list[HostInfo]) -> list[HostInfo]:
+    """Simulated hosts with no more memory than the engine that runs their
+    containers has (their CPUs stay as simulated: each instance's CPU limit is
+    held to the engine's count when it is sized, `instances.actions`). A real
+    (NVML) host reports its own machine and is left as it is."""
+    if not any(h.simulated for h in hosts):
+        return hosts
+    try:
+        engine = ctx.runtime.engine_info()
+    except GpudockError as exc:  # sized as described; the engine is asked again at start
+        log.warning("engine not reachable to size simulated hosts: %s", exc)
+        return hosts
+    memory_gb = max(1, engine.memory_bytes // 2**30)
+    return [replace(h, memory_gb=min(h.memory_gb, memory_gb)) if h.simulated else h for h in hosts]
+
+
 def sync_inventory(ctx: ServiceContext, hosts: list[HostInfo]) -> None:
     """Upsert discovered hosts and GPUs; mark the ones no longer seen absent."""
+    hosts = within_engine(ctx, hosts)
     with ctx.sessions.begin() as session:
         known = {h.name: h for h in session.scalars(select(HostModel))}
         seen_gpus: set[str] = set()

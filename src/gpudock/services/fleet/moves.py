@@ -23,6 +23,7 @@ from gpudock.db.models import (
     InstanceStatus,
     MigrationModel,
 )
+from gpudock.messages import Message
 from gpudock.runtime.base import LABEL_HOST, LABEL_INSTANCE
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import move_log as migration_log
@@ -65,7 +66,9 @@ def request_move(
             started_at=at,
         )
     )
-    switch_instance_status(session, instance, S.MIGRATING, f"moving: {reason}", at)
+    switch_instance_status(
+        session, instance, S.MIGRATING, Message("moving: {reason}", reason=reason), at
+    )
     return True
 
 
@@ -143,7 +146,12 @@ def _copy_data(
         if fraction - reported[0] < PROGRESS_STEP and fraction < 1.0:
             return
         reported[0] = fraction
-        message = f"moving data to {host.name}: {_size(done)} of {_size(total)}"
+        message = Message(
+            "moving data to {host}: {done} of {total}",
+            host=host.name,
+            done=_size(done),
+            total=_size(total),
+        )
         with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, message, ctx.clock()))
 
     log.info("instance %s: moving data %s → %s", instance.id, instance.data_volume, target)

@@ -38,6 +38,7 @@ from gpudock.images.catalog import (
     with_presence,
     with_size,
 )
+from gpudock.messages import Message, joined
 from gpudock.runtime.base import LABEL_OWNER
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
@@ -178,7 +179,12 @@ def preflight(
         return None  # unknown model: sizing says so
     verdict = runs_on(spec, target)
     if verdict.state == compat.UNKNOWN:
-        return f"image {image!r} on {gpu_model} not checked: " + "; ".join(verdict.unknowns)
+        return Message(
+            "image {image} on {model} not checked: {what}",
+            image=repr(image),
+            model=gpu_model,
+            what=joined(verdict.unknowns),
+        )
     if verdict.ok:
         return None
     models = [t.model for t in fleet if runs_on(spec, t).state == compat.OK]
@@ -188,9 +194,15 @@ def preflight(
         if s.reference != image and runs_on(s, target).state == compat.OK and s.cuda is not None
     ]
     raise InvalidRequest(
-        f"image {image!r} cannot run on {gpu_model} here: {verdict.reason}. "
-        f"Images that can: {', '.join(images[:6]) or 'none known'}. "
-        f"GPU models that can run {image!r}: {', '.join(models) or 'none in this fleet'}",
+        Message(
+            "image {image} cannot run on {model} here: {reason}. Images that can: {images}. "
+            "GPU models that can run {image}: {models}",
+            image=repr(image),
+            model=gpu_model,
+            reason=verdict.reason,
+            images=", ".join(images[:6]) or Message("none known"),
+            models=", ".join(models) or Message("none in this fleet"),
+        ),
         field="image",
         compatible_images=images,
         compatible_gpu_models=models,

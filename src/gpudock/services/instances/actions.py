@@ -6,6 +6,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
@@ -26,7 +27,8 @@ from gpudock.db.models import (
     UserModel,
     UserState,
 )
-from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.errors import Conflict, GpudockError, InvalidRequest, NotFound
+from gpudock.messages import Message
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
@@ -41,6 +43,7 @@ from gpudock.services.instances.status import (
     switch_for_request,
     switch_instance_status,
 )
+from gpudock.services.instances.status import current_reason as current_reason  # the gateway's
 
 _NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 RESERVED_ENV_PREFIXES = ("NVIDIA_", "GPUDOCK_")
@@ -91,17 +94,12 @@ def create_instance(
     services = (*(entry.services if entry else ()), *request.services)
     instance_id = "i-" + secrets.token_hex(5)
     name = request.name or instance_id
-    if not _NAME.match(name):
-        raise InvalidRequest(
-            f"bad instance name {name!r}: use 1-63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit",
-            field="name",
-        )
+    _check_name(name)
     now = ctx.clock()
     policy = auto_stop.check_policy(ctx, request.auto_stop or AutoStopPolicy(), now)
     try:
         with ctx.sessions.begin() as session:
-            size = sizing.resolve_size(session, ctx.settings, request)
+            size = sizing.resolve_size(session, ctx.settings, request, _cpu_ceiling(ctx, session))
             _check_name_free(session, user, name)
             priced = _Priced(request.gpu_model, request.gpu_count, size.gpu_share_milli)
             billing.check_funds(session, ctx.settings, user.id, priced, now)
@@ -128,13 +126,16 @@ def create_instance(
                 service_token=secrets.token_urlsafe(32),
             )
             session.add(instance)
-            switch_instance_status(session, instance, S.PENDING, "waiting for placement", now)
+            switch_instance_status(
+                session, instance, S.PENDING, Message("waiting for placement"), now
+            )
             _set_policy(ctx, session, instance, policy, now)
             published.add_services(session, instance_id, services, now)
             if unchecked:
                 record_instance_note(session, instance, unchecked, now)
     except IntegrityError as exc:
-        raise Conflict(f"you already have an instance named {name!r}", field="name") from exc
+        message = Message("you already have an instance named {name}", name=repr(name))
+        raise Conflict(message, field="name") from exc
     ctx.wake_reconciler()
     return instance
 
@@ -156,6 +157,63 @@ def _encode_env(env: dict[str, str]) -> str:
     return json.dumps(env, sort_keys=True)
 
 
+def _cpu_ceiling(ctx: ServiceContext, session: Session) -> float | None:
+    """A simulated fleet runs every container on this one engine, which gives none
+    more CPUs than it has (the Docker adapter holds `nano_cpus` to that): the
+    instance records that limit, not the simulated host's share."""
+    if not sizing.simulated_fleet(session):
+        return None
+    try:
+        return float(ctx.runtime.engine_info().cpus)
+    except GpudockError:
+        return None  # sized as simulated; the container is held at start anyway
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise InvalidRequest(
+            Message(
+                "bad instance name {name}: use 1-63 lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit",
+                name=repr(name),
+            ),
+            field="name",
+        )
+
+
+def request_problems(
+    ctx: ServiceContext, user: UserModel, request: InstanceRequest
+) -> dict[str, str]:
+    """Every problem `create_instance` would refuse the request for, by field, found
+    in one pass (a form shows each beside its field); empty when none is found.
+    Funds are not checked here: `create_instance` does that as it writes."""
+    problems: dict[str, str] = {}
+
+    def check(where: str, run: Callable[[], object]) -> None:
+        try:
+            run()
+        except (InvalidRequest, NotFound, Conflict) as exc:
+            problems.setdefault(exc.field or where, exc.message)
+
+    with ctx.reader() as session:
+        if request.name:
+            check("name", lambda: _check_name(request.name or ""))
+            if "name" not in problems:
+                check("name", lambda: _check_name_free(session, user, request.name or ""))
+        sized = replace(request, disk_gb=None)
+        check("gpu_count", lambda: sizing.resolve_size(session, ctx.settings, sized))
+        check("disk_gb", lambda: sizing.check_disk(request.disk_gb, ctx.settings))
+
+    def image_fits() -> None:  # a catalog verdict first: it says more than "cannot pull"
+        text = request.image or ctx.settings.default_image
+        if "gpu_model" not in problems:
+            images.preflight(ctx, user, text, request.gpu_model)
+        image_access.resolve(ctx, user, text)
+
+    check("image", image_fits)
+    return problems
+
+
 def _check_name_free(session: Session, user: UserModel, name: str) -> None:
     taken = session.scalar(
         select(InstanceModel.id).where(
@@ -165,7 +223,8 @@ def _check_name_free(session: Session, user: UserModel, name: str) -> None:
         )
     )
     if taken is not None:
-        raise Conflict(f"you already have an instance named {name!r}", field="name")
+        message = Message("you already have an instance named {name}", name=repr(name))
+        raise Conflict(message, field="name")
 
 
 def _visible(user: UserModel) -> list[ColumnElement[bool]]:
@@ -197,7 +256,13 @@ def _load(session: Session, user: UserModel, ref: str, *, lock: bool = False) ->
         query = query.with_for_update()
     instance = session.scalars(query).first()
     if instance is None:
-        raise NotFound(f"no instance {ref!r}: `gpudock instances list` shows yours")
+        raise NotFound(
+            Message(
+                "no instance {ref}: the console's Instances page or `gpudock instances list` "
+                "shows yours",
+                ref=repr(ref),
+            )
+        )
     return instance
 
 
@@ -314,7 +379,7 @@ def _request(
                 now if instance.status in (S.STOPPED, S.FAILED) else instance.queued_at
             )
         if not is_leased(instance, now):
-            switch_for_request(session, instance, desired, f"{verb} requested", now)
+            switch_for_request(session, instance, desired, Message(f"{verb} requested"), now)
         if note:
             record_instance_note(session, instance, note, now)
         instance.updated_at = now
@@ -380,7 +445,7 @@ def delete_instance(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceM
     now = ctx.clock()
     with ctx.sessions.begin() as session:
         instance = _load(session, user, ref, lock=True)
-        request_delete(session, instance, "delete requested", now)
+        request_delete(session, instance, Message("delete requested"), now)
     ctx.wake_reconciler()
     return instance
 
@@ -404,7 +469,9 @@ def restart_instance(ctx: ServiceContext, user: UserModel, ref: str) -> Instance
             if not is_leased(instance, now):
                 # Desired state stays 'running': the reconciler stops the
                 # container, keeps the GPUs (placed stays true) and starts it.
-                switch_instance_status(session, instance, S.STOPPING, "restart requested", now)
+                switch_instance_status(
+                    session, instance, S.STOPPING, Message("restart requested"), now
+                )
                 break
         if time.monotonic() > deadline:
             raise Conflict(f"instance {instance.id} is busy; try again in a moment")

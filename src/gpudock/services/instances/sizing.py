@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Protocol
 
@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from gpudock.db.models import GpuDeviceModel, HostModel
 from gpudock.errors import InvalidRequest
+from gpudock.messages import Message
 from gpudock.services.context import ServiceContext
 from gpudock.settings import Settings
 
@@ -91,24 +92,41 @@ def _shapes(session: Session, model: str | None) -> list[_HostShape]:
     return [_HostShape(h.cpus, h.memory_gb, counts[k]) for k, h in hosts.items()]
 
 
+def simulated_fleet(session: Session) -> bool:
+    return bool(session.scalar(select(HostModel.id).where(HostModel.simulated.is_(True)).limit(1)))
+
+
 def known_models(session: Session) -> list[str]:
     return sorted(
         set(session.scalars(select(GpuDeviceModel.model).where(GpuDeviceModel.present.is_(True))))
     )
 
 
-def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> Size:
+def resolve_size(
+    session: Session, settings: Settings, request: SizeRequest, cpu_ceiling: float | None = None
+) -> Size:
     """The instance's sizes (defaults filled in), or `InvalidRequest` for one
     that no host could ever hold, saying the largest that fits: hosts of any
-    accepted model count."""
+    accepted model count. `cpu_ceiling`: the most CPUs a container can be given
+    (a simulated fleet's engine), so that the CPU figure is the limit enforced."""
+    size = _resolve_size(session, settings, request)
+    if cpu_ceiling is not None and size.cpu > cpu_ceiling:
+        return replace(size, cpu=float(cpu_ceiling))
+    return size
+
+
+def _resolve_size(session: Session, settings: Settings, request: SizeRequest) -> Size:
     if request.gpu_count > 0 and request.gpu_model is None:
         raise InvalidRequest("gpu_model is required when gpu_count > 0", field="gpu_model")
     models = [m for m in dict.fromkeys((request.gpu_model, *request.gpu_models)) if m]
     for model in models:
         if not any(s.gpus for s in _shapes(session, model)):
             raise InvalidRequest(
-                f"unknown GPU model {model!r}; available: "
-                f"{', '.join(known_models(session)) or 'none'}",
+                Message(
+                    "unknown GPU model {model}; available: {models}",
+                    model=repr(model),
+                    models=", ".join(known_models(session)) or Message("none"),
+                ),
                 field="gpu_model",
             )
     shapes = [s for m in models for s in _shapes(session, m)] or _shapes(session, None)
@@ -121,8 +139,13 @@ def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> 
         largest = max(s.gpus for s in shapes)
         if request.gpu_count > largest:
             raise InvalidRequest(
-                f"gpu_count {request.gpu_count} is more than any host has: at most {largest} "
-                f"× {' or '.join(models)} fit on one host",
+                Message(
+                    "gpu_count {count} is more than any host has: at most {largest} × {models} "
+                    "fit on one host",
+                    count=request.gpu_count,
+                    largest=largest,
+                    models=" or ".join(models),
+                ),
                 field="gpu_count",
             )
         fitting = [s for s in shapes if s.gpus >= request.gpu_count]
@@ -135,7 +158,7 @@ def resolve_size(session: Session, settings: Settings, request: SizeRequest) -> 
     return Size(
         cpu=_check_cpu(request.cpu, cpu, fitting),
         memory_gb=_check_memory(request.memory_gb, memory, fitting),
-        disk_gb=_check_disk(request.disk_gb, settings),
+        disk_gb=check_disk(request.disk_gb, settings),
         system_disk_gb=_check_system_disk(request.system_disk_gb, settings),
     )
 
@@ -156,10 +179,13 @@ def _check_memory(asked: int | None, default: int, shapes: list[_HostShape]) -> 
     return value
 
 
-def _check_disk(asked: int | None, settings: Settings) -> int:
+def check_disk(asked: int | None, settings: Settings) -> int:
+    """The data disk's size in GB (the default if not asked), or InvalidRequest."""
     value = settings.default_disk_gb if asked is None else asked
     if not 0 < value <= settings.max_disk_gb:
-        raise InvalidRequest(f"disk_gb must be 1..{settings.max_disk_gb}", field="disk_gb")
+        raise InvalidRequest(
+            Message("disk_gb must be 1..{most}", most=settings.max_disk_gb), field="disk_gb"
+        )
     return value
 
 
@@ -246,7 +272,7 @@ def _share_size(
     return Size(
         cpu=_check_cpu(request.cpu, cpu, fitting),
         memory_gb=_check_memory(request.memory_gb, memory, fitting),
-        disk_gb=_check_disk(request.disk_gb, settings),
+        disk_gb=check_disk(request.disk_gb, settings),
         system_disk_gb=_check_system_disk(request.system_disk_gb, settings),
         gpu_share_milli=milli,
     )

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from gpudock import messages
 from gpudock.db.models import DesiredState, InstanceEventModel, InstanceModel, InstanceStatus
 from gpudock.errors import Conflict
 from gpudock.services.billing import intervals
@@ -64,6 +65,7 @@ def switch_instance_status(
         raise InvalidTransition(f"instance {instance.id} cannot go from {old} to {new}")
     instance.status = new
     instance.status_reason = reason
+    instance.status_reason_msg = messages.stored(reason)
     instance.updated_at = at
     if old is None:
         session.flush()  # a new row goes in before the event that references it
@@ -74,11 +76,18 @@ def switch_instance_status(
             from_status=old.value if old else None,
             to_status=new.value,
             message=reason,
+            message_msg=messages.stored(reason),
         )
     )
     intervals.on_transition(session, instance, old, new, at)  # billing intervals open/close
     move_log.on_transition(session, instance, old, new, at)  # moves finish
     outbox.on_transition(session, instance, old, new, reason, at)  # owners told
+
+
+def current_reason(instance: InstanceModel) -> str:
+    """The status reason as a `Message` where it has its structure, to build on."""
+    structure = instance.status_reason_msg
+    return messages.Message.from_json(structure) if structure else instance.status_reason
 
 
 def record_instance_note(
@@ -89,7 +98,12 @@ def record_instance_note(
     status = instance.status.value
     session.add(
         InstanceEventModel(
-            instance_id=instance.id, at=at, from_status=status, to_status=status, message=message
+            instance_id=instance.id,
+            at=at,
+            from_status=status,
+            to_status=status,
+            message=message,
+            message_msg=messages.stored(message),
         )
     )
 

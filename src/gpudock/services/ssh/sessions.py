@@ -23,6 +23,7 @@ from gpudock.db.models import (
     UserState,
 )
 from gpudock.errors import Conflict, Forbidden, NotFound
+from gpudock.messages import Message
 from gpudock.runtime.base import STDERR as STDERR  # re-exported: the gateway
 from gpudock.runtime.base import STDOUT as STDOUT  # reaches runtime types through
 from gpudock.runtime.base import ExecStream as ExecStream  # services only
@@ -169,19 +170,31 @@ def running_container(ctx: ServiceContext, instance_id: str) -> str:
 
 
 def not_running_message(instance: InstanceModel) -> str:
-    name, status = instance.name, instance.status
-    if status in (S.STOPPED, S.STOPPING):
-        return f"instance {name} is {status.value} — run `gpudock instances start {name}`"
-    if status == S.FAILED:
-        return (
-            f"instance {name} failed ({instance.status_reason}) — "
-            f"run `gpudock instances start {name}`"
+    """What to do, in the console and with the CLI: the SSH client shows it, and so
+    does the console's list of refused sessions."""
+    name, status = instance.name, Message(instance.status.value)
+    if instance.status in (S.STOPPED, S.STOPPING):
+        return Message(
+            "instance {name} is {status}: start it with Start on its page in the console, "
+            "or run `gpudock instances start {name}`",
+            name=name,
+            status=status,
         )
-    if status == S.DELETING:
-        return f"instance {name} is being deleted"
-    return (
-        f"instance {name} is {status.value} ({instance.status_reason}) — try again once "
-        f"`gpudock instances show {name}` says running"
+    if instance.status == S.FAILED:
+        return Message(
+            "instance {name} failed ({reason}): start it again with Start on its page in "
+            "the console, or run `gpudock instances start {name}`",
+            name=name,
+            reason=instances.current_reason(instance),
+        )
+    if instance.status == S.DELETING:
+        return Message("instance {name} is being deleted", name=name)
+    return Message(
+        "instance {name} is {status} ({reason}): try again once its page in the console "
+        "or `gpudock instances show {name}` says running",
+        name=name,
+        status=status,
+        reason=instances.current_reason(instance),
     )
 
 

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Form, Request, Response
 from gpudock.billing.money import format_amount
 from gpudock.db.models import InstanceModel, UserModel
 from gpudock.errors import Conflict, InvalidRequest, NotFound, PaymentRequired
+from gpudock.messages import Message
 from gpudock.services.accounts import users
 from gpudock.services.accounts.logins import WebSession
 from gpudock.services.billing import balances
@@ -20,7 +21,7 @@ from gpudock.services.images import catalog as image_catalog
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances import overview, queue, sizing, usage
 from gpudock.services.instances.actions import InstanceRequest
-from gpudock.services.ssh import endpoint as ssh_endpoint
+from gpudock.services.ssh import connect as ssh_connect
 from gpudock.services.ssh import keys as ssh_keys
 from gpudock.services.ssh import sessions as ssh_sessions
 from gpudock.web.deps import (
@@ -29,7 +30,6 @@ from gpudock.web.deps import (
     CsrfViewer,
     Meter,
     Viewer,
-    form_error,
     redirect,
     render,
 )
@@ -43,6 +43,8 @@ ACTIONS = {
     "delete": instances.delete_instance,
 }
 MAX_GPU_COUNT = 16
+# The create form's fields that show their own error; any other goes above the button.
+FORM_FIELDS = ("name", "gpu_model", "gpu_count", "image", "disk_gb", "gpu_share", "gpu_memory_gb")
 SESSIONS_SHOWN = 20
 
 
@@ -76,8 +78,16 @@ def dashboard(request: Request, ctx: Context, viewer: Viewer) -> Response:
     models = inventory.gpu_summary(ctx)
     prices = balances.gpu_prices_per_hour(ctx)
     balance = _available(ctx, viewer.user)
+    has_key = bool(ssh_keys.list_keys(ctx, viewer.user))
     return render(
-        request, "dashboard.html", viewer, own=own, models=models, prices=prices, balance=balance
+        request,
+        "dashboard.html",
+        viewer,
+        own=own,
+        models=models,
+        prices=prices,
+        balance=balance,
+        has_key=has_key,
     )
 
 
@@ -104,7 +114,7 @@ def _form(
     ctx: Context,
     viewer: WebSession,
     values: dict[str, str],
-    error: InvalidRequest | None,
+    errors: dict[str, str] | None,
     status_code: int = 200,
 ) -> Response:
     models = inventory.gpu_summary(ctx)
@@ -125,8 +135,12 @@ def _form(
         status_code,
         models=models,
         values=values,
-        **form_error(error),
-        hint=_image_hint(ctx, viewer.user, values["image"], values["gpu_model"] or None),
+        errors=errors or {},
+        max_disk_gb=ctx.settings.max_disk_gb,
+        shown_fields=FORM_FIELDS,
+        hint=None
+        if errors and "image" in errors
+        else _image_hint(ctx, viewer.user, values["image"], values["gpu_model"] or None),
         image_choices=[(i.reference, i.name) for i in image_catalog.list_images(ctx, viewer.user)],
         **_availability_values(ctx, models, values),
     )
@@ -196,42 +210,67 @@ def image_hint(
     return render(request, "fragments/image_hint.html", viewer, hint=hint)
 
 
-def _parse_int(raw: str, field: str, message: str, low: int, high: int) -> int | None:
+def _whole_number(raw: str, low: int, high: int) -> int | None:
+    """The field as an int in [low, high]; None if empty; ValueError if not."""
     text = raw.strip()
     if not text:
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidRequest(message, field=field) from None
+    value = int(text)
     if not low <= value <= high:
-        raise InvalidRequest(message, field=field)
+        raise ValueError(text)
     return value
 
 
-def _request_from(form: dict[str, str]) -> InstanceRequest:
-    if form["gpu_mode"] == "share":
-        return replace(
-            _share_request(form),
-            name=form["name"].strip() or None,
-            image=form["image"].strip() or None,
-            disk_gb=_disk(form),
-        )
-    count = _parse_int(
-        form["gpu_count"], "gpu_count", "count must be a whole number from 0 to 16", 0, 16
+def _count_problem(models: list[inventory.ModelSummary], form: dict[str, str]) -> Message:
+    selected = _summary_of(models, form["gpu_model"])
+    if selected is None:
+        return Message("GPU count must be a whole number from 0 to {most}", most=MAX_GPU_COUNT)
+    return Message(
+        "GPU count must be a whole number from 0 to {most}: no {model} host has more",
+        most=selected.max_per_host,
+        model=selected.model,
     )
-    gpu_count = 1 if count is None else count
-    return InstanceRequest(
-        gpu_model=(form["gpu_model"] or None) if gpu_count > 0 else None,
-        gpu_count=gpu_count,
+
+
+def _parse_form(
+    ctx: ServiceContext, models: list[inventory.ModelSummary], form: dict[str, str]
+) -> tuple[InstanceRequest, dict[str, str]]:
+    """The request the form asks for and what is wrong with its fields as typed; a
+    field that does not parse is left to its default, so the others are checked too."""
+    problems: dict[str, str] = {}
+    most_disk = ctx.settings.max_disk_gb
+    try:
+        disk = _whole_number(form["disk_gb"], 1, most_disk)
+    except ValueError:
+        disk = None
+        problems["disk_gb"] = Message(
+            "disk must be a whole number of GB from 1 to {most}", most=most_disk
+        )
+    base = InstanceRequest(
+        gpu_model=form["gpu_model"] or None,
+        gpu_count=1,
         name=form["name"].strip() or None,
         image=form["image"].strip() or None,
-        disk_gb=_disk(form),
+        disk_gb=disk,
     )
-
-
-def _disk(form: dict[str, str]) -> int | None:
-    return _parse_int(form["disk_gb"], "disk_gb", "disk must be a whole number of GB", 1, 10**6)
+    if form["gpu_mode"] == "share":
+        try:
+            share = _share_request(form)
+        except InvalidRequest as exc:
+            problems[exc.field or "gpu_share"] = exc.message
+            return base, problems
+        return replace(share, name=base.name, image=base.image, disk_gb=disk), problems
+    selected = _summary_of(models, form["gpu_model"])
+    try:
+        count = _whole_number(
+            form["gpu_count"], 0, selected.max_per_host if selected else MAX_GPU_COUNT
+        )
+    except ValueError:
+        count = None
+        problems["gpu_count"] = _count_problem(models, form)
+    gpu_count = 1 if count is None else count
+    model = base.gpu_model if gpu_count > 0 else None
+    return replace(base, gpu_model=model, gpu_count=gpu_count), problems
 
 
 def _share_request(form: dict[str, str]) -> InstanceRequest:
@@ -240,7 +279,10 @@ def _share_request(form: dict[str, str]) -> InstanceRequest:
     model = form["gpu_model"] or None
     if form["share_unit"] == "gb":
         message = "GPU memory must be a whole number of GB"
-        memory = _parse_int(text, "gpu_memory_gb", message, 1, 65536)
+        try:
+            memory = _whole_number(text, 1, 65536)
+        except ValueError:
+            memory = None
         if memory is None:
             raise InvalidRequest(message, field="gpu_memory_gb")
         return InstanceRequest(gpu_model=model, gpu_count=1, gpu_memory_gb=memory)
@@ -256,7 +298,8 @@ def _share_request(form: dict[str, str]) -> InstanceRequest:
     return InstanceRequest(gpu_model=model, gpu_count=1, gpu_share=fraction)
 
 
-@router.post("/instances")
+@router.post("/instances/new")
+@router.post("/instances")  # the form's address before it stayed on /instances/new
 def create_instance(
     request: Request,
     ctx: Context,
@@ -270,16 +313,21 @@ def create_instance(
     share: Annotated[str, Form(max_length=16)] = "",
     share_unit: Annotated[str, Form(max_length=8)] = "fraction",
 ) -> Response:
+    """All the form's problems at once, each beside its field; the page stays at
+    /instances/new with what was typed."""
     form = {"gpu_model": gpu_model, "gpu_count": gpu_count, "name": name}
     form |= {"image": image, "disk_gb": disk_gb}
     form |= {"gpu_mode": gpu_mode, "share": share, "share_unit": share_unit}
-    try:
-        created = instances.create_instance(ctx, viewer.user, _request_from(form))
-    except InvalidRequest as exc:
-        return _form(request, ctx, viewer, form, exc, 422)
-    except (NotFound, Conflict, PaymentRequired) as exc:  # an unknown image, a taken name, funds
-        return _form(request, ctx, viewer, form, InvalidRequest(exc.message, field=exc.field), 422)
-    return redirect(f"/instances/{created.id}")
+    asked, problems = _parse_form(ctx, inventory.gpu_summary(ctx), form)
+    problems = instances.request_problems(ctx, viewer.user, asked) | problems
+    if not problems:
+        try:
+            created = instances.create_instance(ctx, viewer.user, asked)
+        except (InvalidRequest, NotFound, Conflict, PaymentRequired) as exc:
+            problems = {exc.field or "form": exc.message}
+        else:
+            return redirect(f"/instances/{created.id}")
+    return _form(request, ctx, viewer, form, problems, 422)
 
 
 def _detail_values(
@@ -288,7 +336,7 @@ def _detail_values(
     return {
         "v": instances.view(ctx, instance),
         "events": instances.list_events(ctx, viewer.user, instance.id),
-        "ssh": ssh_endpoint.ssh_command(ctx.settings, instance.id),
+        "ssh": ssh_connect.ssh_line(ctx, viewer.user, instance.id),
         "owner": _owners(ctx, viewer).get(instance.user_id, instance.user_id),
         "sessions": ssh_sessions.list_sessions(ctx, viewer.user, instance.id, SESSIONS_SHOWN),
         "key_names": {k.fingerprint: k.name for k in ssh_keys.list_keys(ctx, viewer.user)},
@@ -300,12 +348,18 @@ def _detail_values(
 def instance_detail(request: Request, ctx: Context, viewer: Viewer, instance_id: str) -> Response:
     instance = instances.get_instance(ctx, viewer.user, instance_id)
     values = _detail_values(ctx, viewer, instance)
-    can_save = instance.status.value not in (
-        "deleting",
-        "deleted",
-    )
+    can_save = instance.status.value not in ("deleting", "deleted")
+    connect = ssh_connect.connect_info(ctx, viewer.user, instance) if can_save else None
     shell = terminal.page_values(ctx)
-    page = render(request, "instance.html", viewer, can_save_image=can_save, **values, **shell)
+    page = render(
+        request,
+        "instance.html",
+        viewer,
+        can_save_image=can_save,
+        connect=connect,
+        **values,
+        **shell,
+    )
     return terminal.allow_terminal_styles(page, shell)
 
 

@@ -47,4 +47,23 @@
     tip.textContent = mark.getAttribute("title");
     mark.insertAdjacentElement("afterend", tip);
   });
+  // A field's error goes as soon as the field changes: it spoke of the old value.
+  var clearFieldError = function (event) {
+    var label = event.target.closest ? event.target.closest("#create-form label") : null;
+    if (!label) { return; }
+    label.querySelectorAll(".field-error").forEach(function (e) { e.remove(); });
+    var form = label.closest("form");
+    if (form && !form.querySelector(".field-error")) {
+      var alert = form.parentElement.querySelector("p.error[role=alert]");
+      if (alert) { alert.remove(); }
+    }
+  };
+  document.addEventListener("input", clearFieldError);
+  document.addEventListener("change", clearFieldError);
+  // The count's spinner stops at what one host of the chosen model has.
+  document.addEventListener("htmx:afterSwap", function () {
+    var limit = document.querySelector("#availability [data-max-per-host]");
+    var count = document.getElementById("gpu-count");
+    if (limit && count) { count.setAttribute("max", limit.getAttribute("data-max-per-host")); }
+  });
 })();
