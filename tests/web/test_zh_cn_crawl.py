@@ -74,6 +74,12 @@ ALLOWED = frozenset(
         "ssh",
         "scp",
         "rsync",
+        "shell",
+        "Webhook",
+        "X-Gpudock-Signature",
+        "JupyterLab",
+        "TensorBoard",
+        "app",  # the example service name in the publish form
     )
 )
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")

@@ -571,6 +571,18 @@ ZH_CN: dict[str, str] = {
     "Publish port": "发布端口",
     "Publish a port": "发布一个端口",
     # --- end service URLs ---
+    # --- notification kinds ---
+    "the balance or monthly budget runs low": "余额或月度预算即将用完",
+    "an instance stopped by itself: money, idle, time or its program exited": (
+        "实例自动关机：余额不足、空闲、定时或其程序已退出"
+    ),
+    "an instance stops for being idle soon": "实例即将因空闲而关机",
+    "an instance's GPU failed; it moves to a healthy one": "实例的 GPU 故障；正迁移到健康的 GPU",
+    "an instance runs after waiting for GPUs (or after a move)": (
+        "实例在等待 GPU（或迁移）后开始运行"
+    ),
+    "a GPU model you watch has free GPUs": "你关注的 GPU 型号有空闲卡了",
+    "an image build finished (built or failed)": "镜像构建已结束（成功或失败）",
 }
 
 CATALOGS: dict[str, dict[str, str]] = {"en": {}, "zh-CN": ZH_CN_MESSAGES | ZH_CN}
