@@ -21,7 +21,7 @@ notification (`instance.stopped`, with the cause) in the same transaction.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -39,6 +39,7 @@ from gpudock.db.models import (
 )
 from gpudock.errors import InvalidRequest
 from gpudock.services.context import ServiceContext
+from gpudock.services.instances.job_command import exit_stop_default
 from gpudock.services.instances.status import record_instance_note, request_stop
 from gpudock.services.metrics import gpu_utilisation_since
 from gpudock.services.notifications.outbox import notify
@@ -62,7 +63,7 @@ class AutoStopPolicy:
     idle_below_pct: float | None = None  # None: the server's default
     stop_at: datetime | None = None
     stop_after_s: int | None = None  # from now; stored as stop_at
-    on_exit: bool = False
+    on_exit: bool | None = None  # None: on for a job (an instance with a command)
 
     @property
     def empty(self) -> bool:
@@ -117,6 +118,7 @@ def write_policy(
     now: datetime,
 ) -> AutoStopModel | None:
     """Replace the instance's policy (a checked one) in the caller's transaction."""
+    policy = replace(policy, on_exit=exit_stop_default(policy.on_exit, instance.command))
     row = session.get(AutoStopModel, instance.id, with_for_update=True)
     if policy.empty:
         if row is not None:
@@ -130,7 +132,7 @@ def write_policy(
         policy.idle_below_pct if policy.idle_below_pct is not None else ctx.settings.idle_below_pct
     )
     row.stop_at = policy.stop_at
-    row.on_exit = policy.on_exit
+    row.on_exit = bool(policy.on_exit)
     row.idle_warned_at = None
     row.updated_at = now
     return row
