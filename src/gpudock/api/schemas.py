@@ -204,7 +204,7 @@ class AutoStopRequest(BaseModel):
         ge=60,
         le=30 * 86_400,
         description="Stop after this many seconds with every GPU below idle_below_pct "
-        "and no SSH session; the owner is told 10 minutes before.",
+        "and no SSH session or service-URL use; the owner is told 10 minutes before.",
     )
     idle_below_pct: float | None = Field(
         default=None,

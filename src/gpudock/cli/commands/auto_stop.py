@@ -23,8 +23,8 @@ IdleStopOpt = Annotated[
     typer.Option(
         "--idle-stop",
         metavar="DURATION",
-        help="Stop after this long with every GPU below --idle-below and no SSH session "
-        "(30m, 2h); you are told 10 minutes before.",
+        help="Stop after this long with every GPU below --idle-below, no SSH session and "
+        "no service-URL use (30m, 2h); you are told 10 minutes before.",
     ),
 ]
 IdleBelowOpt = Annotated[
