@@ -132,5 +132,13 @@ def test_a_job_command_is_the_main_process_and_its_exit_stops_the_instance(
     instance = actions.get_instance(platform.ctx, user, instance_id)
     assert instance.status == S.STOPPED
     assert "auto-stop: stopped: the main process exited with code 3" in instance.status_reason
-    assert_stopped_at_docker_time(platform, engine, instance_id, intervals=1)
+    with platform.ctx.sessions() as session:
+        assert session.scalars(select(GpuAllocationModel)).all() == []  # the GPU is free
+        [compute] = session.scalars(
+            select(BillingIntervalModel).where(BillingIntervalModel.kind == "compute")
+        ).all()
+    # Closed at Docker's exit time; a job that ended before its interval was
+    # recorded as open closes it at its opening (nothing is charged).
+    exited = finished_at(engine, platform, instance_id)
+    assert compute.closed_at == max(exited, compute.opened_at)
     assert engine.api.inspect_volume(instance.data_volume)["Name"] == instance.data_volume
