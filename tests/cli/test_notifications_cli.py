@@ -39,6 +39,31 @@ def test_auto_stop_is_set_at_create_changed_and_removed(gpudock: Invoke, unique:
     assert bad.exit_code != 0 and "90s, 30m, 2h, 1d" in bad.output
 
 
+def test_a_job_command_is_created_shown_and_refused_when_blank(
+    gpudock: Invoke, unique: Unique
+) -> None:
+    name = unique("job")
+    made = _json(
+        gpudock(
+            "instances", "create", "--gpu", "A100-80GB", "--name", name,
+            "--command", "echo [done]; exit 3", "--json",
+        )
+    )  # fmt: skip
+    assert made["command"] == "echo [done]; exit 3"
+    assert made["auto_stop"]["stop_on_exit"] is True  # a job stops when it exits
+    shown = gpudock("instances", "show", name)
+    assert "Command" in shown.stdout and "echo [done]; exit 3" in shown.stdout
+    kept = _json(
+        gpudock(
+            "instances", "create", "--gpu", "A100-80GB", "--name", unique("loop"),
+            "--command", "serve", "--restart-on-exit", "--json",
+        )
+    )  # fmt: skip
+    assert kept["auto_stop"] is None  # asked to restart: no rule left
+    blank = gpudock("instances", "create", "--gpu", "A100-80GB", "--command", " ")
+    assert blank.exit_code != 0 and "the command is empty" in blank.output
+
+
 def test_webhooks_add_prints_the_secret_once_and_remove_ends_it(
     gpudock: Invoke, unique: Unique
 ) -> None:

@@ -111,3 +111,34 @@ def test_exit_stop_then_time_stop_on_one_container(
     assert engine.api.inspect_container(name)["Id"] == container_id  # the same container, kept
     assert engine.api.inspect_volume(instance.data_volume)["Name"] == instance.data_volume
     assert_stopped_at_docker_time(platform, engine, instance_id, intervals=2)
+
+
+def test_a_job_command_is_the_main_process_and_its_exit_stops_the_instance(
+    world: tuple[Platform, OffsetClock], engine: docker.DockerClient
+) -> None:
+    platform, _ = world
+    user = users.create_user(platform.ctx, "jobber").user
+    request = InstanceRequest(
+        gpu_model="A100-80GB", gpu_count=1, name="job", command="echo done; exit 3"
+    )
+    instance_id = actions.create_instance(platform.ctx, user, request).id
+    platform.reconciler.drain()
+    name = containers.container_name(platform.ctx.cluster_id, instance_id)
+    assert engine.api.wait(name, timeout=60)["StatusCode"] == 3  # the job ran, and ended
+    assert b"done" in engine.api.logs(name)
+
+    platform.reconciler.make_due("liveness")
+    platform.reconciler.drain()
+    instance = actions.get_instance(platform.ctx, user, instance_id)
+    assert instance.status == S.STOPPED
+    assert "auto-stop: stopped: the main process exited with code 3" in instance.status_reason
+    with platform.ctx.sessions() as session:
+        assert session.scalars(select(GpuAllocationModel)).all() == []  # the GPU is free
+        [compute] = session.scalars(
+            select(BillingIntervalModel).where(BillingIntervalModel.kind == "compute")
+        ).all()
+    # Closed at Docker's exit time; a job that ended before its interval was
+    # recorded as open closes it at its opening (nothing is charged).
+    exited = finished_at(engine, platform, instance_id)
+    assert compute.closed_at == max(exited, compute.opened_at)
+    assert engine.api.inspect_volume(instance.data_volume)["Name"] == instance.data_volume

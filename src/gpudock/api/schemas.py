@@ -204,7 +204,7 @@ class AutoStopRequest(BaseModel):
         ge=60,
         le=30 * 86_400,
         description="Stop after this many seconds with every GPU below idle_below_pct "
-        "and no SSH session; the owner is told 10 minutes before.",
+        "and no SSH session or service-URL use; the owner is told 10 minutes before.",
     )
     idle_below_pct: float | None = Field(
         default=None,
@@ -223,9 +223,10 @@ class AutoStopRequest(BaseModel):
         le=366 * 86_400,
         description="Stop this many seconds from now (stored as stop_at); not with stop_at.",
     )
-    stop_on_exit: bool = Field(
-        default=False,
-        description="Stop, instead of restarting, when the container's main process exits.",
+    stop_on_exit: bool | None = Field(
+        default=None,
+        description="Stop, instead of restarting, when the container's main process exits; "
+        "left out: on for an instance with a command (a job), off otherwise.",
     )
 
 
@@ -313,6 +314,14 @@ class InstanceCreateRequest(BaseModel):
         description="Ports to publish as service URLs, by name (besides those the image "
         "publishes itself: jupyter and tensorboard on gpudock/jupyter:bookworm).",
     )
+    command: str | None = Field(
+        default=None,
+        max_length=4096,
+        examples=["python /root/data/train.py"],
+        description="A job: this shell command line runs as the container's main process "
+        "(/bin/sh -c), as the arguments of the image's entry point if it has one; when it "
+        "exits the instance stops (data kept) unless auto_stop.stop_on_exit is false.",
+    )
 
 
 class InstanceQueuePublic(BaseModel):
@@ -370,6 +379,9 @@ class InstancePublic(BaseModel):
     )
     auto_stop: AutoStopPublic | None = Field(
         default=None, description="Its auto-stop policy; null: it runs until stopped"
+    )
+    command: str | None = Field(
+        default=None, description="Its job's shell command line; null: no job (keep-alive)"
     )
 
 

@@ -33,6 +33,7 @@ from gpudock.errors import GpudockError, NotFound, RateLimited, RuntimeFailure, 
 from gpudock.proxy import headers as crossing
 from gpudock.proxy import websocket
 from gpudock.proxy.access import LINK_COOKIE, Addressed, Gatekeeper, from_host, from_path
+from gpudock.proxy.activity import UseRecorder
 from gpudock.proxy.rates import AddressRates
 from gpudock.proxy.upstream import Upstream, open_port
 from gpudock.services.context import ServiceContext
@@ -53,6 +54,7 @@ class ServiceProxy:
         self._secure = settings.session_cookie_secure
         self._upstream = Upstream(ctx.runtime, self._idle)
         self._access = Gatekeeper(ctx)
+        self._use = UseRecorder(ctx)
         self._gate = (
             AddressRates(
                 "requests to service URLs from one address", settings.rate_limit_service_address
@@ -165,6 +167,7 @@ class ServiceProxy:
         addressed: Addressed,
         target: ProxyTarget,
     ) -> None:
+        await self._use.touch(target.instance_id)
         headers = self._headers(conn, target, addressed.prefix)
         if "chunked" in conn.headers.get("transfer-encoding", "").lower():
             headers.append((b"transfer-encoding", b"chunked"))
@@ -185,13 +188,22 @@ class ServiceProxy:
                         "headers": crossing.to_browser(list(response.headers)),
                     }
                 )
-                await _until_disconnect(_pump(_stream(response), send), receive)
+                chunks = self._used_while(target.instance_id, _stream(response))
+                await _until_disconnect(_pump(chunks, send), receive)
         except OSError as exc:  # httpcore's errors are OSError-free; the socket's are not
             raise _unreachable(target, exc) from exc
         except Exception as exc:
             if type(exc).__module__.startswith("httpcore"):
                 raise _unreachable(target, exc) from exc
             raise
+
+    async def _used_while(
+        self, instance_id: str, chunks: AsyncIterator[bytes]
+    ) -> AsyncIterator[bytes]:
+        """A long response (an event stream, a download) is use while it flows."""
+        async for chunk in chunks:
+            await self._use.touch(instance_id)
+            yield chunk
 
     # -- WebSockets ----------------------------------------------------------
     async def _websocket(
@@ -206,6 +218,7 @@ class ServiceProxy:
         if origin is not None and origin.split("://", 1)[-1] != conn.headers.get("host"):
             # Cookies ride along on a cross-site handshake: refuse other sites' pages.
             raise NotFound("a WebSocket to a service must come from the service's own pages")
+        await self._use.touch(target.instance_id)
         try:
             sock = await open_port(self._ctx.runtime, target.container_id, target.port)
         except OSError as exc:
@@ -219,6 +232,7 @@ class ServiceProxy:
             headers=self._headers(conn, target, addressed.prefix),
             origin=origin,
             idle_timeout_s=self._idle,
+            while_open=lambda interval: self._use.while_open(target.instance_id, interval),
         )
 
     # -- refusals ------------------------------------------------------------

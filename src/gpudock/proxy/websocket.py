@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from starlette.types import Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
@@ -57,9 +59,11 @@ async def bridge(
     headers: list[tuple[bytes, bytes]],
     origin: str | None,
     idle_timeout_s: float,
+    while_open: Callable[[float], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
     """Connect to the instance over `sock` (connected), then accept the browser
-    and relay until one side closes."""
+    and relay until one side closes; `while_open(interval)` runs (at the ping
+    interval) as long as the connection does."""
     interval, timeout = ping_schedule(idle_timeout_s)
     message = await receive()
     if message["type"] != "websocket.connect":
@@ -87,7 +91,12 @@ async def bridge(
         await send({"type": "websocket.close", "code": 1008 if status < 500 else INTERNAL_ERROR})
         return
     await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
-    await _relay(upstream, receive, send)
+    alongside = asyncio.create_task(while_open(interval)) if while_open else None
+    try:
+        await _relay(upstream, receive, send)
+    finally:
+        if alongside is not None:
+            alongside.cancel()
 
 
 async def _relay(upstream: ClientConnection, receive: Receive, send: Send) -> None:

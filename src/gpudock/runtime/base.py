@@ -73,6 +73,9 @@ class ContainerSpec:
     # empty: the engine's default network (tests and tools only).
     network: str = ""
     network_labels: dict[str, str] = field(default_factory=dict)
+    # A job's shell command line: the container's main process, `/bin/sh -c` it
+    # (the arguments of the image's entry point, if it has one); None: keep-alive.
+    command: str | None = None
 
 
 @dataclass(frozen=True)

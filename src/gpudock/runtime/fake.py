@@ -211,6 +211,19 @@ class FakeRuntime:
                 )
             return container.state
 
+    def end_main_process(self, container_id: str, exit_code: int) -> None:
+        """What a job's command ending does to its container (`spec.command` is
+        what it ran): exited, with that code, now."""
+        with self._lock:
+            container = self._get(container_id)
+            container.state = replace(
+                container.state,
+                running=False,
+                status="exited",
+                finished_at=self.clock(),
+                exit_code=exit_code,
+            )
+
     def remove_container(self, container_id: str, *, keep_network: bool = False) -> None:
         with self._lock:
             container = self._find(container_id)

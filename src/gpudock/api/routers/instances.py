@@ -77,6 +77,7 @@ def _public(
         gpu_memory_limit_mb=v.share_memory_mb,
         queue=_queue_public(queue_position, lang) if queue_position else None,
         auto_stop=_auto_stop_public(v.auto_stop) if v.auto_stop else None,
+        command=i.command,
     )
 
 

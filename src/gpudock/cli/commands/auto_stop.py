@@ -23,8 +23,8 @@ IdleStopOpt = Annotated[
     typer.Option(
         "--idle-stop",
         metavar="DURATION",
-        help="Stop after this long with every GPU below --idle-below and no SSH session "
-        "(30m, 2h); you are told 10 minutes before.",
+        help="Stop after this long with every GPU below --idle-below, no SSH session and "
+        "no service-URL use (30m, 2h); you are told 10 minutes before.",
     ),
 ]
 IdleBelowOpt = Annotated[
@@ -46,10 +46,12 @@ StopAfterOpt = Annotated[
     typer.Option("--stop-after", metavar="DURATION", help="Stop this long from now (2h, 1d)."),
 ]
 StopOnExitOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--stop-on-exit/--restart-on-exit",
-        help="Stop when the main process exits (jobs), instead of restarting it.",
+        help="Stop when the main process exits, instead of restarting it "
+        "(default: stop for an instance with --command, restart otherwise).",
+        show_default=False,
     ),
 ]
 
@@ -80,7 +82,7 @@ def policy_body(
     idle_below: float | None,
     stop_at: str | None,
     stop_after: str | None,
-    stop_on_exit: bool,
+    stop_on_exit: bool | None,
 ) -> dict[str, object]:
     """The API's auto_stop object; empty when nothing was asked."""
     if stop_at is not None and stop_after is not None:
@@ -94,8 +96,8 @@ def policy_body(
         body["stop_at"] = moment_of(stop_at, "--stop-at")
     if stop_after is not None:
         body["stop_after_s"] = seconds_of(stop_after, "--stop-after")
-    if stop_on_exit:
-        body["stop_on_exit"] = True
+    if stop_on_exit is not None:
+        body["stop_on_exit"] = stop_on_exit
     return body
 
 
@@ -105,7 +107,7 @@ def change(
     idle_below: IdleBelowOpt = None,
     stop_at: StopAtOpt = None,
     stop_after: StopAfterOpt = None,
-    stop_on_exit: StopOnExitOpt = False,
+    stop_on_exit: StopOnExitOpt = None,
     off: Annotated[bool, typer.Option("--off", help="Remove every auto-stop.")] = False,
     json_output: JsonFlag = False,
 ) -> None:

@@ -83,7 +83,15 @@ def create(
     idle_below: auto_stop.IdleBelowOpt = None,
     stop_at: auto_stop.StopAtOpt = None,
     stop_after: auto_stop.StopAfterOpt = None,
-    stop_on_exit: auto_stop.StopOnExitOpt = False,
+    stop_on_exit: auto_stop.StopOnExitOpt = None,
+    command: Annotated[
+        str | None,
+        typer.Option(
+            metavar="'SHELL LINE'",
+            help="Run this as a job (the container's main process, /bin/sh -c); the "
+            "instance stops when it exits, its data kept.",
+        ),
+    ] = None,
     wait: WaitFlag = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     json_output: JsonFlag = False,
@@ -104,6 +112,7 @@ def create(
     optional["gpu_models"] = models if len(models) > 1 else None
     policy = auto_stop.policy_body(idle_stop, idle_below, stop_at, stop_after, stop_on_exit)
     optional["auto_stop"] = policy or None
+    optional["command"] = command
     body.update({k: v for k, v in optional.items() if v is not None})
     with connect() as client:
         instance = client.post("/instances", InstancePublic, body)
@@ -178,6 +187,7 @@ def _details(i: InstancePublic) -> Table:
         ("Container", output.text(i.container_id)),
         ("SSH", output.text(i.ssh_command)),
         ("Auto-stop", auto_stop.summary_of(i)),
+        *([("Command", Text(i.command))] if i.command else []),
         ("Owner", i.user_id),
         ("Created", output.when(i.created_at)),
         ("Updated", output.when(i.updated_at)),

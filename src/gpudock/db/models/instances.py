@@ -123,6 +123,18 @@ class InstanceModel(Base):
         comment="what the proxy presents to services that ask for a token (JupyterLab); "
         "the container has it as GPUDOCK_SERVICE_TOKEN; None: rows from before service URLs",
     )
+    command: Mapped[str | None] = mapped_column(
+        Text,
+        nullable=True,
+        comment="a job's shell command line, run as the container's main process "
+        "(/bin/sh -c); None: gpudock's keep-alive",
+    )
+    last_service_use_at: Mapped[datetime | None] = mapped_column(
+        UTCDateTime,
+        nullable=True,
+        comment="the last request or open stream through the service-URL proxy "
+        "(written at most once a minute); the idle rule counts from it",
+    )
 
     host: Mapped[HostModel | None] = relationship(foreign_keys=[host_id])
 

@@ -45,6 +45,7 @@ ALLOWED_CAPABILITIES = (
     "NET_BIND_SERVICE",
 )
 KEEPALIVE_COMMAND = ["sleep", "infinity"]
+JOB_SHELL = ["/bin/sh", "-c"]
 BASE_PROBE_IMAGE = "gpudock/base:bookworm"  # any image will do: the probe is never started
 MAX_SHM_MB = 16 * 1024
 CONFLICT = 409
@@ -94,11 +95,18 @@ def host_config_arguments(spec: ContainerSpec, engine_cpus: int, cap_disk: bool)
     return arguments
 
 
+def main_command(spec: ContainerSpec) -> list[str]:
+    """The container's command: the job's shell line, or the keep-alive. Either is
+    passed to the image's entry point when it has one (the services image starts
+    JupyterLab and TensorBoard, then `exec`s it)."""
+    return [*JOB_SHELL, spec.command] if spec.command else list(KEEPALIVE_COMMAND)
+
+
 def create_arguments(spec: ContainerSpec) -> dict[str, Any]:
     """The container's own configuration (all but the host configuration)."""
     arguments: dict[str, Any] = {
         "image": spec.image,
-        "command": KEEPALIVE_COMMAND,
+        "command": main_command(spec),
         "name": spec.name,
         "hostname": spec.hostname,
         "labels": spec.labels,

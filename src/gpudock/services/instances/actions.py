@@ -33,7 +33,7 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
-from gpudock.services.instances import auto_stop, published, sizing
+from gpudock.services.instances import auto_stop, job_command, published, sizing
 from gpudock.services.instances.auto_stop import AutoStopPolicy
 from gpudock.services.instances.status import (
     S,
@@ -67,6 +67,7 @@ class InstanceRequest:
     gpu_models: tuple[str, ...] = ()  # acceptable besides gpu_model
     auto_stop: AutoStopPolicy | None = None
     services: tuple[tuple[str, int], ...] = ()  # ports to publish (name, port)
+    command: str | None = None  # a job's shell command line (see job_command)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ def create_instance(
     reconciler places and starts it. Without a gpu_model, the first of
     `gpu_models` is the preferred one."""
     _check_env(request.env)
+    command = job_command.check_command(request.command)
     if request.gpu_model is None and request.gpu_models:
         request = replace(request, gpu_model=request.gpu_models[0])
     # May ask a registry: outside any transaction.
@@ -124,6 +126,7 @@ def create_instance(
                 queued_at=now,
                 placed=False,
                 service_token=secrets.token_urlsafe(32),
+                command=command,
             )
             session.add(instance)
             switch_instance_status(

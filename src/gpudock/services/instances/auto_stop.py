@@ -3,9 +3,11 @@ main process exits. Stop means the ordinary stop (`status.request_stop`):
 desired state stopped, GPUs released, container and data volume kept, the
 compute interval closed when the container stops, so billing ends there.
 
-- **Idle**: every GPU sample below `idle_below_pct` and no SSH session open
-  or ended for `idle_after_s`. The samples come from the metrics store
-  (`services.metrics.gpu_utilisation_since`); without recent samples nothing
+- **Idle**: every GPU sample below `idle_below_pct`, no SSH session open
+  or ended and no use through a service URL (`last_service_use_at`, which
+  the proxy writes at most once a minute) for `idle_after_s`. The samples
+  come from the metrics store (`services.metrics.gpu_utilisation_since`);
+  without recent samples nothing
   is known and nothing stops. The owner is told `GPUDOCK_IDLE_WARNING_S`
   (10 min) before: the stop waits until that long after the warning, so a
   server that was down does not stop without one. Activity after the warning
@@ -21,11 +23,11 @@ notification (`instance.stopped`, with the cause) in the same transaction.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
@@ -39,6 +41,7 @@ from gpudock.db.models import (
 )
 from gpudock.errors import InvalidRequest
 from gpudock.services.context import ServiceContext
+from gpudock.services.instances.job_command import exit_stop_default
 from gpudock.services.instances.status import record_instance_note, request_stop
 from gpudock.services.metrics import gpu_utilisation_since
 from gpudock.services.notifications.outbox import notify
@@ -50,6 +53,10 @@ MAX_IDLE_S = 30 * 86_400
 MAX_AHEAD_S = 366 * 86_400
 STALE_SAMPLES_S = 300.0  # no sample this recent: the sampler is not working, judge nothing
 LOOKBACK_SLACK_S = 300.0  # read a little before the window, so its start is covered
+SERVICE_USE_EVERY_S = 60.0  # the proxy writes an instance's use at most this often
+# A use written this recently counts as in use now: an open WebSocket is written
+# again every SERVICE_USE_EVERY_S (plus its ping interval), so it never looks idle.
+SERVICE_USE_FRESH_S = 2 * SERVICE_USE_EVERY_S
 
 UtilisationSince = Callable[[Session, str, datetime], list[tuple[datetime, float]]]
 
@@ -62,7 +69,7 @@ class AutoStopPolicy:
     idle_below_pct: float | None = None  # None: the server's default
     stop_at: datetime | None = None
     stop_after_s: int | None = None  # from now; stored as stop_at
-    on_exit: bool = False
+    on_exit: bool | None = None  # None: on for a job (an instance with a command)
 
     @property
     def empty(self) -> bool:
@@ -117,6 +124,7 @@ def write_policy(
     now: datetime,
 ) -> AutoStopModel | None:
     """Replace the instance's policy (a checked one) in the caller's transaction."""
+    policy = replace(policy, on_exit=exit_stop_default(policy.on_exit, instance.command))
     row = session.get(AutoStopModel, instance.id, with_for_update=True)
     if policy.empty:
         if row is not None:
@@ -130,7 +138,7 @@ def write_policy(
         policy.idle_below_pct if policy.idle_below_pct is not None else ctx.settings.idle_below_pct
     )
     row.stop_at = policy.stop_at
-    row.on_exit = policy.on_exit
+    row.on_exit = bool(policy.on_exit)
     row.idle_warned_at = None
     row.updated_at = now
     return row
@@ -294,7 +302,7 @@ def _one(
         idle_for = idle_seconds(session, instance, row, now, utilisation) or 0.0
         why = (
             f"idle for {_duration(idle_for)} (every GPU below {row.idle_below_pct:g} %, "
-            "no SSH session)"
+            "no SSH session or service-URL use)"
         )
         if stop_for(session, instance, "idle", why, now):
             report.stopped.append(instance_id)
@@ -317,7 +325,7 @@ def _warn(
     message = (
         f"{AUTO_STOP_PREFIX}instance {instance.name} has been idle for {_duration(idle_for)}; "
         f"it stops in {_duration(lead)} (data kept) unless a GPU is used above "
-        f"{row.idle_below_pct:g} % or someone logs in"
+        f"{row.idle_below_pct:g} % or someone logs in or opens a service URL"
     )
     record_instance_note(session, instance, message, now)
     notify(
@@ -341,7 +349,7 @@ def idle_seconds(
     """How long the instance has been idle now; None while it is in use or
     while nothing is known (no recent samples)."""
     assert row.idle_after_s is not None
-    if _session_open(session, instance.id):
+    if _session_open(session, instance.id) or _service_in_use(instance, now):
         return None
     since = now - timedelta(seconds=row.idle_after_s + LOOKBACK_SLACK_S)
     samples = utilisation(session, instance.id, since)
@@ -351,10 +359,34 @@ def idle_seconds(
         return None
     busy = [at for at, value in samples if value >= row.idle_below_pct]
     marks = [samples[0][0], *busy[-1:]]  # before the first sample nothing is known
-    for known in (_running_since(session, instance.id), _last_session_end(session, instance.id)):
+    for known in (
+        _running_since(session, instance.id),
+        _last_session_end(session, instance.id),
+        instance.last_service_use_at,
+    ):
         if known is not None:
             marks.append(known)
     return max(0.0, (now - max(marks)).total_seconds())
+
+
+def _service_in_use(instance: InstanceModel, now: datetime) -> bool:
+    used = instance.last_service_use_at
+    return used is not None and (now - used).total_seconds() < SERVICE_USE_FRESH_S
+
+
+def note_service_use(ctx: ServiceContext, instance_id: str, at: datetime) -> None:
+    """The proxy's note that the instance was used through a service URL at `at`
+    (never moved backwards: another server may have written a later one)."""
+    with ctx.sessions.begin() as session:
+        session.execute(
+            update(InstanceModel)
+            .where(
+                InstanceModel.id == instance_id,
+                (InstanceModel.last_service_use_at.is_(None))
+                | (InstanceModel.last_service_use_at < at),
+            )
+            .values(last_service_use_at=at)
+        )
 
 
 def _session_open(session: Session, instance_id: str) -> bool:

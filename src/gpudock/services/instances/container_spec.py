@@ -156,4 +156,5 @@ def build_spec(
         else None,
         network=network_name(cluster_id, instance.user_id),
         network_labels=network_labels(cluster_id, instance.user_id),
+        command=instance.command,
     )
