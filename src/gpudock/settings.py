@@ -353,6 +353,11 @@ class Settings(BaseSettings):
         description="Wait before the first retry of a failed delivery; it doubles each time "
         "(at most an hour).",
     )
+    webhook_private_targets: bool = Field(
+        default=False,
+        description="Let webhooks reach loopback, private and link-local addresses (the "
+        "server's own network: off, so a user's webhook cannot probe it).",
+    )
     notify_max_attempts: int = Field(
         default=8, ge=1, le=50, description="A delivery still failing after this many is dropped."
     )

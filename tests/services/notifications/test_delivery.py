@@ -47,6 +47,7 @@ def world(tmp_path: Path, mail: MailReceiver) -> Iterator[tuple[Platform, TestCl
         smtp_port=mail.port,
         smtp_starttls=False,
         smtp_from="gpudock@lab.example",
+        webhook_private_targets=True,  # the receivers listen on 127.0.0.1
     )
     platform = open_platform(settings, runtime=FakeRuntime(clock=clock), clock=clock)
     try:

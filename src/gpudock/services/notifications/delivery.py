@@ -147,7 +147,11 @@ def _send(ctx: ServiceContext, outgoing: Outgoing | None) -> str:
     if outgoing is None:
         raise SendFailed("the endpoint was removed")
     if outgoing.channel == EndpointKind.WEBHOOK:
-        return send_webhook(outgoing, ctx.settings.notify_timeout_s)
+        return send_webhook(
+            outgoing,
+            ctx.settings.notify_timeout_s,
+            allow_private=ctx.settings.webhook_private_targets,
+        )
     return send_email(ctx.settings, outgoing)
 
 

@@ -4,6 +4,7 @@ delivery log. Everything is the user's own: another user's ids are NotFound."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import secrets
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from gpudock.db.models import (
 from gpudock.errors import Conflict, InvalidRequest, NotFound
 from gpudock.services.context import ServiceContext
 from gpudock.services.notifications.outbox import KINDS
+from gpudock.services.notifications.senders import private_target_refusal
 
 MAX_WEBHOOKS = 20
 MAX_URL = 2000
@@ -64,7 +66,7 @@ def check_kinds(kinds: list[str]) -> str:
     return ",".join(dict.fromkeys(kinds))
 
 
-def _check_url(url: str) -> None:
+def _check_url(url: str, *, allow_private: bool) -> None:
     parts = urlsplit(url)
     if len(url) > MAX_URL or parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidRequest(
@@ -76,11 +78,25 @@ def _check_url(url: str) -> None:
         raise InvalidRequest(
             "put no credentials in a webhook URL: check the signature instead", field="url"
         )
+    if not allow_private:
+        _refuse_private_host(parts.hostname or "")
+
+
+def _refuse_private_host(host: str) -> None:
+    """What is known without asking DNS (a name is checked again at each send)."""
+    if host == "localhost" or host.endswith(".localhost"):
+        raise InvalidRequest(private_target_refusal(host, "loopback"), field="url")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return
+    if not address.is_global:
+        raise InvalidRequest(private_target_refusal(host, str(address)), field="url")
 
 
 def create_webhook(ctx: ServiceContext, user: UserModel, url: str, kinds: list[str]) -> NewWebhook:
     url = url.strip()
-    _check_url(url)
+    _check_url(url, allow_private=ctx.settings.webhook_private_targets)
     wanted = check_kinds(kinds)
     secret = "whsec_" + secrets.token_urlsafe(32)
     with ctx.sessions.begin() as session:

@@ -5,11 +5,14 @@ the delivery log."""
 
 from __future__ import annotations
 
+import ipaddress
 import smtplib
+import socket
 import ssl
 import time
 from dataclasses import dataclass
 from email.message import EmailMessage
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -35,9 +38,37 @@ class Outgoing:
     secret: str | None
 
 
-def send_webhook(outgoing: Outgoing, timeout_s: float) -> str:
+PRIVATE_TARGETS_SETTING = "GPUDOCK_WEBHOOK_PRIVATE_TARGETS"
+
+
+def private_target_refusal(host: str, address: str) -> str:
+    return (
+        f"{host} is {address}, an address of the server's own network (loopback, private "
+        f"or link-local): webhooks go to public addresses only, unless the operator sets "
+        f"{PRIVATE_TARGETS_SETTING}=true"
+    )
+
+
+def check_public_target(url: str) -> None:
+    """Refuse a URL whose host resolves to a non-public address: the server
+    sits inside the operator's network, and a webhook must not be a way to
+    probe it. Checked at every send, since a name can change what it points at."""
+    host = urlsplit(url).hostname or ""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError as exc:
+        raise SendFailed(f"cannot resolve {host}: {exc}") from exc
+    for *_, sockaddr in found:
+        address = str(sockaddr[0]).split("%", 1)[0]  # an IPv6 scope is not part of it
+        if not ipaddress.ip_address(address).is_global:
+            raise SendFailed(private_target_refusal(host, address))
+
+
+def send_webhook(outgoing: Outgoing, timeout_s: float, *, allow_private: bool = False) -> str:
     """POST the signed JSON; any 2xx is delivered. Redirects are not followed
     (the signature is for the URL the user registered)."""
+    if not allow_private:
+        check_public_target(outgoing.target)
     stamp = int(time.time())
     headers = {
         "Content-Type": "application/json",
