@@ -127,7 +127,7 @@ def test_image_env_cannot_reach_gpus_or_preload(
         "FROM gpudock/base:bookworm\nENV LD_PRELOAD=/tmp/evil.so NVIDIA_VISIBLE_DEVICES=all\n"
     )
     tag = f"gpudock-test/evil:{real.ctx.cluster_id}"
-    engine.images.build(path=str(tmp_path), tag=tag, network_mode="none")
+    engine.images.build(path=str(tmp_path), tag=tag, network_mode="none", rm=True, forcerm=True)
     try:
         body = {"name": "evil", "gpu_model": "RTX4090-24GB", "gpu_count": 1, "image": tag}
         response = api.post(f"{API}/instances", json=body, headers=carol.headers)

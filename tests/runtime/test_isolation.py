@@ -499,7 +499,7 @@ def test_image_env_cannot_preload_or_reach_gpus(
         "ENV LD_PRELOAD=/tmp/evil.so LD_AUDIT=/tmp/audit.so NVIDIA_VISIBLE_DEVICES=all\n"
     )
     tag = f"gpudock-test/isolation-evil:{real.ctx.cluster_id}"
-    engine.images.build(path=str(tmp_path), tag=tag, network_mode="none")
+    engine.images.build(path=str(tmp_path), tag=tag, network_mode="none", rm=True, forcerm=True)
     try:
         container = launch(real, api, engine, carol, name="evil", image=tag)
         # What the engine hands to runc and its hooks (the NVIDIA hook reads this env).
