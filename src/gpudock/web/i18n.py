@@ -127,7 +127,21 @@ ZH_CN: dict[str, str] = {
     "Something went wrong": "出错了",
     "Back to the dashboard": "返回概览",
     "updates every 2 s": "每 2 秒自动刷新",
-    # statuses: in gpudock.messages.catalog (the API names them too)
+    # statuses
+    "pending": "排队中",
+    "creating": "创建中",
+    "running": "运行中",
+    "stopping": "关机中",
+    "stopped": "已关机",
+    "starting": "开机中",
+    "deleting": "删除中",
+    "migrating": "迁移中",
+    "deleted": "已删除",
+    "failed": "失败",
+    "healthy": "正常",
+    "draining": "排空中",
+    "unhealthy": "故障",
+    "repairing": "维修中",
     # billing, SSH keys, images
     "Balance": "余额",
     "Available": "可用",
