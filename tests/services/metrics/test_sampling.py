@@ -3,6 +3,7 @@ fleet's model, on the fake runtime with a driven clock."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -129,6 +130,20 @@ def test_a_broken_nvml_leaves_gpu_figures_unknown_not_the_sample(
     nvml.fail["nvmlDeviceGetUtilizationRates"] = nvml.NVMLError_Unknown
     sample = world.sample()[one.id]
     assert sample.gpus == (GpuFigure(None, None),) and sample.memory_bytes > 0
+
+
+def test_a_lasting_failure_is_warned_once_not_every_round(
+    nvml_world: Callable[[FakeNvml], World], caplog: pytest.LogCaptureFixture
+) -> None:
+    nvml = rtx4090_4x()
+    world = nvml_world(nvml)
+    world.run("one", "RTX4090-24GB", 1)
+    nvml.fail["nvmlDeviceGetUtilizationRates"] = nvml.NVMLError_Unknown
+    with caplog.at_level(logging.DEBUG, logger="gpudock.services.metrics.sampling"):
+        for _ in range(3):
+            world.sample()
+    said = [r.levelno for r in caplog.records if "could not read the GPUs" in r.getMessage()]
+    assert said == [logging.WARNING, logging.DEBUG, logging.DEBUG]
 
 
 def test_simulated_gpus_follow_the_containers_cpu(platform_factory: PlatformFactory) -> None:

@@ -197,15 +197,14 @@ def capacity_snapshot(session: Session) -> list[HostCapacity]:
         )
     }
     whole = set(session.scalars(select(GpuAllocationModel.gpu_id)))
-    shared = dict(
-        session.execute(
+    shared = {
+        gpu_id: milli
+        for gpu_id, milli in session.execute(
             select(GpuShareModel.gpu_id, func.sum(GpuShareModel.milli)).group_by(
                 GpuShareModel.gpu_id
             )
         )
-        .tuples()
-        .all()
-    )
+    }
     gpus: defaultdict[str, list[tuple[GpuSlot, bool, int]]] = defaultdict(list)
     columns = (
         GpuDeviceModel.host_id,
@@ -219,7 +218,7 @@ def capacity_snapshot(session: Session) -> list[HostCapacity]:
         )
         .where(GpuDeviceModel.present.is_(True))
         .order_by(GpuDeviceModel.host_id, GpuDeviceModel.index)
-    ).tuples()
+    )
     for host_id, gpu_id, model, index, numa_node, nvlink_peers, state in rows:
         peers = frozenset(p for p in nvlink_peers.split(",") if p)
         slot = GpuSlot(gpu_id, model, index, numa_node, peers)

@@ -39,6 +39,11 @@ from gpudock.services.metrics.store import GpuFigure, Sample, record_samples
 
 log = logging.getLogger(__name__)
 
+# A container that cannot be read stays unreadable for a while (it is being
+# removed, the engine is busy): say so once per instance per this many seconds,
+# not on every round.
+WARNING_REPEAT_S = 600.0
+
 
 @dataclass(frozen=True)
 class Target:
@@ -67,6 +72,18 @@ class SamplerState:
 
     previous: dict[str, ContainerStats] = field(default_factory=dict)
     disks: dict[str, _Disks] = field(default_factory=dict)
+    warned_at: dict[str, float] = field(default_factory=dict)  # key -> monotonic
+
+    def warn(self, key: str, message: str, *args: object) -> None:
+        """Log a warning for `key` at most once per `WARNING_REPEAT_S`; the
+        repeats go to debug."""
+        now = time.monotonic()
+        last = self.warned_at.get(key)
+        if last is not None and now - last < WARNING_REPEAT_S:
+            log.debug(message, *args)
+            return
+        self.warned_at[key] = now
+        log.warning(message, *args)
 
 
 def sample_running(ctx: ServiceContext, state: SamplerState) -> list[Sample]:
@@ -78,10 +95,10 @@ def sample_running(ctx: ServiceContext, state: SamplerState) -> list[Sample]:
     state.disks = {i: d for i, d in state.disks.items() if i in {t.instance_id for t in targets}}
     if not targets:
         return []
-    gpu_use = _read_gpus(ctx, targets)
+    gpu_use = _read_gpus(ctx, state, targets)
     card_mb = _card_memory(ctx, targets)
     with ThreadPoolExecutor(ctx.settings.metrics_workers, "gpudock-sampler") as pool:
-        readings = list(pool.map(lambda t: (t, _container_reading(ctx, t)), targets))
+        readings = list(pool.map(lambda t: (t, _container_reading(ctx, state, t)), targets))
     samples = [
         _sample(ctx, state, target, stats, gpu_use, card_mb)
         for target, stats in readings
@@ -121,13 +138,13 @@ def running_targets(ctx: ServiceContext) -> list[Target]:
     ]
 
 
-def _read_gpus(ctx: ServiceContext, targets: list[Target]) -> GpuUtilisation:
+def _read_gpus(ctx: ServiceContext, state: SamplerState, targets: list[Target]) -> GpuUtilisation:
     if all(t.simulated or not t.gpu_uuids for t in targets):
         return GpuUtilisation()
     try:
         return ctx.gpu_source.read_utilisation()
     except GpuDiscoveryError as exc:
-        log.warning("samples: could not read the GPUs: %s", exc)
+        state.warn("gpus", "samples: could not read the GPUs: %s", exc)
         return GpuUtilisation()
 
 
@@ -142,11 +159,18 @@ def _card_memory(ctx: ServiceContext, targets: list[Target]) -> dict[str, int]:
     return {gpu_id: memory_mb for gpu_id, memory_mb in rows}
 
 
-def _container_reading(ctx: ServiceContext, target: Target) -> ContainerStats | None:
+def _container_reading(
+    ctx: ServiceContext, state: SamplerState, target: Target
+) -> ContainerStats | None:
     try:
         return ctx.runtime.container_stats(target.container_id)
     except GpudockError as exc:
-        log.warning("samples: could not read instance %s: %s", target.instance_id, exc)
+        state.warn(
+            f"stats:{target.instance_id}",
+            "samples: could not read instance %s: %s",
+            target.instance_id,
+            exc,
+        )
         return None
 
 
@@ -214,7 +238,12 @@ def _disks(ctx: ServiceContext, state: SamplerState, target: Target) -> _Disks:
         data = ctx.runtime.volume_used_bytes(target.data_volume) if target.data_volume else None
         system = ctx.runtime.writable_layer_bytes(target.container_id)
     except GpudockError as exc:
-        log.warning("samples: could not measure the disks of %s: %s", target.instance_id, exc)
+        state.warn(
+            f"disks:{target.instance_id}",
+            "samples: could not measure the disks of %s: %s",
+            target.instance_id,
+            exc,
+        )
         data = system = None
     measured = _Disks(now, data, system)
     state.disks[target.instance_id] = measured
