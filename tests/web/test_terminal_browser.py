@@ -53,6 +53,10 @@ class Site:
         result = self.engine.containers.get(name).exec_run(["sh", "-c", command])
         return str(result.output.decode())
 
+    def processes(self) -> list[str]:
+        listing = self.in_container("cat /proc/[0-9]*/comm 2>/dev/null")
+        return listing.split()
+
     def sessions(self) -> list[SshSessionModel]:
         admin = next(u for u in users.list_users(self.platform.ctx) if u.is_admin)
         return ssh_sessions.list_sessions(self.platform.ctx, admin, self.instance_id)
@@ -96,8 +100,11 @@ def log_in(page: Page, url: str, name: str, next_path: str) -> None:
 
 
 def run(page: Page, command: str) -> None:
-    """Type COMMAND into the terminal as a user does, then Enter."""
-    page.keyboard.type(command)
+    """Type COMMAND into the terminal at a typist's pace, wait until the shell
+    has echoed all of it, then Enter (so a step never races the previous one's
+    prompt)."""
+    page.keyboard.type(command, delay=15)
+    expect(page.locator("#terminal .xterm-rows")).to_contain_text(command)
     page.keyboard.press("Enter")
 
 
@@ -143,6 +150,7 @@ def test_a_shell_in_the_browser_types_interrupts_resizes_and_reconnects(
 
         # ^C interrupts the foreground command (the terminal's own interrupt character)
         run(page, "sleep 600")
+        wait_for(lambda: "sleep" in site.processes(), "sleep to be the foreground command")
         page.keyboard.press("Control+C")
         run(page, 'echo "after-interrupt=$?"')
         expect_on_screen(page, r"after-interrupt=130")
