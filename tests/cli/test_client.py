@@ -178,3 +178,15 @@ def test_the_cli_asks_for_the_language_of_lang_or_the_locale(
     )
     client.get("/users/me", UserPublic)
     assert seen == [sent]
+
+
+def test_a_commands_help_shows_flags_without_a_value() -> None:
+    """A flag takes no value, so its help line shows none (Typer 0.29 printed
+    `<bool>` after every flag, which reads as `--wait <bool>`)."""
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(main.app, ["instances", "stop", "--help"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    wait_line = next(line for line in result.output.splitlines() if "--wait" in line)
+    assert "<" not in wait_line and "Wait until it is done." in wait_line
+    assert "[OPTIONS] ID" in result.output
