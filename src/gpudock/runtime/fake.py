@@ -62,6 +62,8 @@ class FakeRuntime:
     pullable: set[str] = field(default_factory=set)
     registry_reachable: bool = True  # False: every pull and look-up fails as offline
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    # Reconciler threads and API workers call it at once: every scan iterates a
+    # snapshot (list(...)), so an insert elsewhere cannot break it mid-loop.
     containers: dict[str, _Container] = field(default_factory=dict)
     volumes: dict[str, VolumeState] = field(default_factory=dict)
     volume_quotas_gb: dict[str, int | None] = field(default_factory=dict)
@@ -89,11 +91,11 @@ class FakeRuntime:
     def image_info(self, ref: str) -> ImageInfo | None:
         """Names compare after the engine's normalisation; an image's id is a
         digest of its name, so aliases and the id itself resolve to one image."""
-        by_name = {_familiar(name): name for name in self.images}
+        by_name = {_familiar(name): name for name in list(self.images)}
         name = by_name.get(_familiar(ref))
         if name is None:
             wanted = ref.removeprefix("sha256:")
-            name = next((n for n in self.images if _fake_id(n)[7:].startswith(wanted)), None)
+            name = next((n for n in list(self.images) if _fake_id(n)[7:].startswith(wanted)), None)
             if name is None or len(wanted) < 12:
                 return None
         familiar = _familiar(name)
@@ -110,7 +112,7 @@ class FakeRuntime:
                 f"image {ref!r} is not on the engine and its registry cannot be reached "
                 "from it (dial tcp: lookup registry: no such host)"
             )
-        return _familiar(ref) in {_familiar(p) for p in self.pullable}
+        return _familiar(ref) in {_familiar(p) for p in list(self.pullable)}
 
     def ensure_image(self, ref: str) -> None:
         if self.image_present(ref):
@@ -137,14 +139,14 @@ class FakeRuntime:
 
     def remove_network(self, name: str) -> None:
         with self._lock:
-            if not any(c.spec.network == name for c in self.containers.values()):
+            if not any(c.spec.network == name for c in list(self.containers.values())):
                 self.networks.pop(name, None)
 
     def list_networks(self, labels: dict[str, str]) -> list[NetworkState]:
-        return [n for n in self.networks.values() if labels.items() <= n.labels.items()]
+        return [n for n in list(self.networks.values()) if labels.items() <= n.labels.items()]
 
     def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
-        return [v for v in self.volumes.values() if labels.items() <= v.labels.items()]
+        return [v for v in list(self.volumes.values()) if labels.items() <= v.labels.items()]
 
     def copy_volume(
         self,
@@ -238,7 +240,9 @@ class FakeRuntime:
 
     def list_containers(self, labels: dict[str, str]) -> list[ContainerState]:
         return [
-            c.state for c in self.containers.values() if labels.items() <= c.state.labels.items()
+            c.state
+            for c in list(self.containers.values())
+            if labels.items() <= c.state.labels.items()
         ]
 
     def limits_system_disks(self) -> bool:
@@ -347,7 +351,7 @@ class FakeRuntime:
         return self._get(name_or_id).spec
 
     def _find(self, name_or_id: str) -> _Container | None:
-        for container in self.containers.values():
+        for container in list(self.containers.values()):
             if name_or_id in (container.state.id, container.state.name):
                 return container
         return None
