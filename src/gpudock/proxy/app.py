@@ -189,6 +189,10 @@ class ServiceProxy:
                     }
                 )
                 started = True
+                whole = response.arrived_whole()
+                if whole is not None:  # no stream to watch: no tasks for it
+                    await send({"type": "http.response.body", "body": whole})
+                    return
                 chunks = self._used_while(target.instance_id, response.body())
                 await _until_disconnect(_pump(chunks, send), receive)
         except UpstreamFailure as exc:

@@ -106,11 +106,25 @@ class PortConnection:
         except OSError as exc:
             raise UpstreamFailure(str(exc) or type(exc).__name__) from exc
 
-    async def next_event(self) -> h11.Event:
+    def parse_arrived(self) -> tuple[list[bytes], bool]:
+        """The body's pieces in what has arrived (no I/O), and whether its end was among them."""
+        pieces = []
         try:
-            return await self._next_event()
+            while True:
+                event = self._h11.next_event()
+                if isinstance(event, h11.Data):
+                    pieces.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    return pieces, True
+                elif event is h11.NEED_DATA:
+                    return pieces, False
+                else:
+                    raise UpstreamFailure(f"the response broke off ({event!r})")
         except h11.ProtocolError as exc:
             raise UpstreamFailure(f"the response broke off: {exc}") from exc
+
+    async def receive_more(self) -> None:
+        self._h11.receive_data(await self.recv(READ_SIZE))  # b"": the instance closed
 
     async def _next_event(self) -> h11.Event:
         while True:
@@ -142,30 +156,35 @@ class UpstreamResponse:
         self.headers: list[tuple[bytes, bytes]] = list(head.headers.raw_items())
         self._connection = connection
         self._direct_length = _direct_length(method, head)
+        self._pending: list[bytes] = []
         self._finished = False
 
     def reusable(self) -> bool:
         """The connection can carry another request (the body was read to its end by h11)."""
         return self._finished and self._direct_length is None and self._connection.next_cycle()
 
+    def arrived_whole(self) -> bytes | None:
+        """The whole body if it came with the head, so that it can go on at
+        once (most of a page's requests); else None, and `body()` streams it."""
+        if self._direct_length is not None:
+            return None
+        self._pending, self._finished = self._connection.parse_arrived()
+        return b"".join(self._pending) if self._finished else None
+
     async def body(self) -> AsyncIterator[bytes]:
         if self._direct_length is not None:
-            chunks = self._read_direct(self._direct_length)
-        else:
-            chunks = self._read_framed()
-        async for chunk in chunks:
-            yield chunk
-        self._finished = True
-
-    async def _read_framed(self) -> AsyncIterator[bytes]:
-        while True:
-            event = await self._connection.next_event()
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                return
-            else:
-                raise UpstreamFailure(f"the response broke off ({type(event).__name__})")
+            async for chunk in self._read_direct(self._direct_length):
+                yield chunk
+            self._finished = True
+            return
+        if self._pending:
+            yield b"".join(self._pending)
+            self._pending = []
+        while not self._finished:
+            await self._connection.receive_more()
+            pieces, self._finished = self._connection.parse_arrived()
+            if pieces:  # all that one read brought, at once
+                yield b"".join(pieces)
 
     async def _read_direct(self, length: int) -> AsyncIterator[bytes]:
         first = self._connection.buffered()[:length]
