@@ -18,7 +18,8 @@ the rounds' own proxied/direct ratios (the one the target is judged by: a
 burst of load hits both halves of a round alike). Latency: one keep-alive
 httpx client per path, SAMPLES sequential GETs each, taken in blocks that
 alternate between the paths. The 1-minute load average is printed before and
-after, and the server's CPU seconds per proxied GiB (what the proxy costs).
+after, and the server's CPU time per proxied GiB and per proxied request: what
+the proxy costs, which the machine's noise moves far less than the ratios.
 
 Usage: .venv/bin/python -m bench.service_proxy [--rounds 7] [--samples 500] [--json]
 """
@@ -97,6 +98,7 @@ class Paths:
 class Measured:
     mib_s: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PATHS})
     proxy_cpu_s: list[float] = field(default_factory=list)
+    proxy_cpu_ms_per_request: float = 0.0
     latency_ms: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PATHS})
 
 
@@ -125,14 +127,19 @@ def _latency_blocks(paths: Paths, samples: int, measured: Measured) -> None:
         for client, url in clients.values():
             client.get(url).raise_for_status()  # warm: connections and the credential cache
         block = max(1, samples // LATENCY_BLOCKS)
+        proxy_cpu_s = 0.0
         for block_no in range(0, samples, block):
             order = PATHS if (block_no // block) % 2 == 0 else PATHS[::-1]
             for path in order:
                 client, url = clients[path]
+                cpu_before = _cpu_seconds(paths.server_pid)
                 for _ in range(min(block, samples - block_no)):
                     started = time.perf_counter()
                     client.get(url).raise_for_status()
                     measured.latency_ms[path].append((time.perf_counter() - started) * 1000)
+                if path == "proxied":
+                    proxy_cpu_s += _cpu_seconds(paths.server_pid) - cpu_before
+        measured.proxy_cpu_ms_per_request = proxy_cpu_s * 1000 / samples
     finally:
         for client, _url in clients.values():
             client.close()
@@ -208,6 +215,7 @@ def _report(measured: Measured, load_before: float, load_after: float) -> dict[s
             "rounds": [round(r, 2) for r in paired],
         },
         "proxy_cpu_s_per_gib": round(statistics.median(measured.proxy_cpu_s), 2),
+        "proxy_cpu_ms_per_request": round(measured.proxy_cpu_ms_per_request, 3),
         "p50_ms": {k: round(v, 3) for k, v in p50.items()},
         "p99_ms": {
             k: round(statistics.quantiles(v, n=100)[98], 3) for k, v in measured.latency_ms.items()
