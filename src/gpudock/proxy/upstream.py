@@ -83,12 +83,6 @@ class Upstream:
             else:
                 connection.close()
 
-    def close(self) -> None:
-        for idle in self._idle.values():
-            for _since, connection in idle:
-                connection.close()
-        self._idle.clear()
-
     async def _connect(self, key: Port) -> PortConnection:
         try:
             sock = await open_port(self._runtime, *key)
