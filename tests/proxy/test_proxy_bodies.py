@@ -37,7 +37,8 @@ def pattern(size: int) -> bytes:
 class Service(http.server.BaseHTTPRequestHandler):
     """/big?n=N (GET and HEAD), /chunked?n=N, /peer (the client's port),
     /upload (the body's length), /short (announces more than it sends),
-    /closing (closes the connection after answering, without saying so)."""
+    /closing (closes the connection after answering, without saying so),
+    /then-drop (answers; the next request on that connection gets no answer)."""
 
     protocol_version = "HTTP/1.1"
     server: ServiceServer
@@ -60,6 +61,9 @@ class Service(http.server.BaseHTTPRequestHandler):
         self._send(str(received).encode())
 
     def _answer(self, head: bool) -> None:
+        if getattr(self, "drop_next", False):
+            self.close_connection = True
+            return
         url = urlsplit(self.path)
         size = int(parse_qs(url.query).get("n", ["0"])[0])
         if url.path == "/big":
@@ -74,6 +78,9 @@ class Service(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(pattern(MIB))
             self.close_connection = True
+        elif url.path == "/then-drop":  # answers, then drops the next request unanswered
+            self._send(b"first")
+            self.drop_next = True
         elif url.path == "/closing":
             self._send(b"bye")
             self.close_connection = True
@@ -190,3 +197,12 @@ def test_a_response_that_breaks_off_breaks_off_for_the_browser(stage: Stage) -> 
     with pytest.raises(httpx.RemoteProtocolError):
         stage.browser.get("/short")
     assert stage.browser.get(f"/big?n={MIB}").content == pattern(MIB)
+
+
+def test_a_request_the_service_drops_on_a_pooled_connection_goes_again_on_a_new_one(
+    stage: Stage,
+) -> None:
+    first = stage.browser.get("/then-drop")
+    assert first.text == "first"
+    again = stage.browser.get("/peer")  # the pooled connection is dropped under it
+    assert again.status_code == 200, again.text

@@ -28,6 +28,7 @@ __all__ = ["Upstream", "UpstreamFailure", "UpstreamResponse", "open_port"]
 CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 30.0  # an idle pooled connection older than this is closed, not reused
 MAX_IDLE_PER_PORT = 32
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 Port = tuple[str, int]  # container id, port inside it
 
 
@@ -69,9 +70,19 @@ class Upstream:
         `UpstreamFailure` when the instance's side fails; `RuntimeFailure`
         (from the runtime) when the container is not running."""
         key = (container_id, port)
-        connection = self._checkout(key) or await self._connect(key)
+        pooled = self._checkout(key)
+        connection = pooled or await self._connect(key)
         try:
             response = await connection.exchange(method, target, headers, body)
+        except UpstreamFailure as exc:
+            connection.close()
+            silent = isinstance(exc.__cause__, TimeoutError)  # it may have been acted on
+            if pooled is None or silent or not _repeatable(method, headers):
+                raise
+            # The instance closed the pooled connection as the request went out
+            # (its keep-alive ran out): once more on a new one, as browsers do.
+            connection = await self._connect(key)
+            response = await _exchange_or_close(connection, method, target, headers, body)
         except BaseException:
             connection.close()
             raise
@@ -126,3 +137,23 @@ class Upstream:
                 self._idle[key] = kept
             else:
                 del self._idle[key]
+
+
+def _repeatable(method: str, headers: list[tuple[bytes, bytes]]) -> bool:
+    """A safe method without a body: it can be sent again as it was."""
+    framing = (b"content-length", b"transfer-encoding")
+    return method in SAFE_METHODS and not any(name in framing for name, _v in headers)
+
+
+async def _exchange_or_close(
+    connection: PortConnection,
+    method: str,
+    target: str,
+    headers: list[tuple[bytes, bytes]],
+    body: AsyncIterable[bytes],
+) -> UpstreamResponse:
+    try:
+        return await connection.exchange(method, target, headers, body)
+    except BaseException:
+        connection.close()
+        raise
