@@ -1,7 +1,9 @@
 """HTTP to a port inside an instance over sockets the runtime makes in the
 container's network namespace (`Runtime.port_socket`), pooled per container
 and port so that a page's hundred requests share a few keep-alive
-connections. The protocol on each connection is `exchange`'s.
+connections. The protocol on each connection is `exchange`'s. A pooled
+connection the instance closed while idle is not reused; one it drops just as
+a request goes out gets a safe, bodyless request once more on a new one.
 
 A pool of our own rather than httpcore's: the sockets come from the runtime,
 not from a host name, and a download's body is read off the socket without
