@@ -103,6 +103,7 @@ def test_another_tenant_gets_404_and_the_owner_gets_through(stage: Stage) -> Non
     assert "gpudock_" not in got["headers"].get("cookie", "")
     assert "theirs=kept" in got["headers"]["cookie"]
     assert got["headers"]["x-forwarded-prefix"] == f"/i/{stage.instance_id}/app"
+    assert "connection" not in got["headers"]  # hop-by-hop: the browser's, not the instance's
     assert "app_cookie" in seen.headers["set-cookie"]
     assert "planted" not in seen.headers["set-cookie"]  # an instance cannot set the console's
 

@@ -1,3 +1,4 @@
 """Service URLs: the authenticated HTTP and WebSocket proxy into instances
-(`app` routes and authorises, `upstream` speaks HTTP to the instance,
-`websocket` relays WebSockets, `headers` decides what crosses). See docs/services.md."""
+(`app` routes and authorises, `upstream` pools connections into instances and
+`exchange` speaks HTTP/1.1 on them, `websocket` relays WebSockets, `headers`
+decides what crosses). See docs/services.md."""

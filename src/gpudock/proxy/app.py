@@ -25,7 +25,6 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import httpcore
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -35,7 +34,7 @@ from gpudock.proxy import websocket
 from gpudock.proxy.access import LINK_COOKIE, Addressed, Gatekeeper, from_host, from_path
 from gpudock.proxy.activity import UseRecorder
 from gpudock.proxy.rates import AddressRates
-from gpudock.proxy.upstream import Upstream, open_port
+from gpudock.proxy.upstream import Upstream, UpstreamFailure, open_port
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import published
 from gpudock.services.instances.published import ProxyTarget
@@ -172,6 +171,7 @@ class ServiceProxy:
         if "chunked" in conn.headers.get("transfer-encoding", "").lower():
             headers.append((b"transfer-encoding", b"chunked"))
         body = _request_body(receive)
+        started = False
         try:
             async with self._upstream.request(
                 target.container_id,
@@ -185,17 +185,22 @@ class ServiceProxy:
                     {
                         "type": "http.response.start",
                         "status": response.status,
-                        "headers": crossing.to_browser(list(response.headers)),
+                        "headers": crossing.to_browser(response.headers),
                     }
                 )
-                chunks = self._used_while(target.instance_id, _stream(response))
+                started = True
+                whole = response.arrived_whole()
+                if whole is not None:  # no stream to watch: no tasks for it
+                    await send({"type": "http.response.body", "body": whole})
+                    return
+                chunks = self._used_while(target.instance_id, response.body())
                 await _until_disconnect(_pump(chunks, send), receive)
-        except OSError as exc:  # httpcore's errors are OSError-free; the socket's are not
-            raise _unreachable(target, exc) from exc
-        except Exception as exc:
-            if type(exc).__module__.startswith("httpcore"):
+        except UpstreamFailure as exc:
+            if not started:
                 raise _unreachable(target, exc) from exc
-            raise
+            # Too late for an error page: an unfinished response makes the ASGI
+            # server drop the browser's connection, so the download shows as broken.
+            log.warning("a response from instance %s broke off: %s", target.instance_id, exc)
 
     async def _used_while(
         self, instance_id: str, chunks: AsyncIterator[bytes]
@@ -299,10 +304,6 @@ async def _request_body(receive: Receive) -> AsyncIterator[bytes]:
             yield message["body"]
         if not message.get("more_body"):
             return
-
-
-def _stream(response: httpcore.Response) -> AsyncIterator[bytes]:
-    return response.aiter_stream()
 
 
 async def _pump(chunks: AsyncIterator[bytes], send: Send) -> None:

@@ -14,12 +14,24 @@ could otherwise plant a console session of its choosing.
 
 from __future__ import annotations
 
-from gpudock.proxy.upstream import HOP_BY_HOP
-
 COOKIE_PREFIX = "gpudock_"
 OWN_HEADER_PREFIX = b"x-gpudock-"
 API_TOKEN_PREFIX = "bearer gpd_"  # noqa: S105 (a prefix, not a secret)
 Headers = list[tuple[bytes, bytes]]
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
 
 
 def _connection_tokens(headers: Headers) -> set[bytes]:

@@ -1,15 +1,17 @@
-"""HTTP to a port inside an instance: httpcore (httpx's own transport) over
-sockets the runtime makes in the container's network namespace.
+"""HTTP to a port inside an instance over sockets the runtime makes in the
+container's network namespace (`Runtime.port_socket`), pooled per container
+and port so that a page's hundred requests share a few keep-alive
+connections. The protocol on each connection is `exchange`'s. A pooled
+connection the instance closed while idle is not reused; one it drops just as
+a request goes out gets a safe, bodyless request once more on a new one.
 
-httpcore rather than httpx's client: the proxy needs a network backend of its
-own (`PortBackend`: the socket comes from `Runtime.port_socket`, not from a
-DNS name), which httpx does not expose, and wants the bytes as they are (no
-cookie jar, no decoding, no redirects). Connections are pooled per container
-and port, so a page's hundred requests share a few keep-alive connections.
+A pool of our own rather than httpcore's: the sockets come from the runtime,
+not from a host name, and a download's body is read off the socket without
+h11 (see `exchange`), which httpcore's connections do not allow.
 
-Timeouts: connecting gets `CONNECT_TIMEOUT_S`; reading and writing get the
-idle timeout, so a response that goes silent for that long is closed and one
-that keeps moving (a download, an event stream) is never cut.
+Timeouts: connecting gets `CONNECT_TIMEOUT_S`; every read and write after
+that gets the idle timeout, so a response that goes silent for that long is
+closed and one that keeps moving (a download, an event stream) is never cut.
 """
 
 from __future__ import annotations
@@ -17,74 +19,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import ssl
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from typing import Any
+import time
+from collections.abc import AsyncIterable, AsyncIterator
 
-import httpcore
-
+from gpudock.proxy.exchange import PortConnection, UpstreamFailure, UpstreamResponse
 from gpudock.runtime.base import Runtime
 
+__all__ = ["Upstream", "UpstreamFailure", "UpstreamResponse", "open_port"]
+
 CONNECT_TIMEOUT_S = 10.0
-SOCKET_BUFFER = 1 << 20
-# httpcore asks for 64 KiB a read; h11 takes any amount, and on a download each
-# read is a turn through httpcore, h11, the ASGI server and the event loop, so
-# a read takes whatever has arrived, up to this.
-READ_SIZE = 1 << 20
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-
-
-class SocketStream(httpcore.AsyncNetworkStream):
-    """A connected non-blocking socket driven by the event loop."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._loop = asyncio.get_running_loop()
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        try:
-            async with asyncio.timeout(timeout):
-                return await self._loop.sock_recv(self._sock, max(max_bytes, READ_SIZE))
-        except TimeoutError as exc:
-            raise httpcore.ReadTimeout(f"nothing from the instance for {timeout} s") from exc
-        except OSError as exc:
-            raise httpcore.ReadError(str(exc)) from exc
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        try:
-            async with asyncio.timeout(timeout):
-                await self._loop.sock_sendall(self._sock, buffer)
-        except TimeoutError as exc:
-            raise httpcore.WriteTimeout(f"the instance took nothing for {timeout} s") from exc
-        except OSError as exc:
-            raise httpcore.WriteError(str(exc)) from exc
-
-    async def aclose(self) -> None:
-        self._sock.close()
-
-    async def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("services inside instances are reached without TLS")
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._sock if info == "socket" else None
+KEEPALIVE_S = 30.0  # an idle pooled connection older than this is closed, not reused
+MAX_IDLE_PER_PORT = 32
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+Port = tuple[str, int]  # container id, port inside it
 
 
 async def open_port(runtime: Runtime, container_id: str, port: int) -> socket.socket:
@@ -93,7 +40,6 @@ async def open_port(runtime: Runtime, container_id: str, port: int) -> socket.so
     sock = made.sock
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
         sock.setblocking(False)
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             await asyncio.get_running_loop().sock_connect(sock, made.address)
@@ -103,52 +49,14 @@ async def open_port(runtime: Runtime, container_id: str, port: int) -> socket.so
     return sock
 
 
-class PortBackend(httpcore.AsyncNetworkBackend):
-    """Connects 'hosts' that are keys of `routes` (container id and port)."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-        self.routes: dict[str, str] = {}
-
-    def host_for(self, container_id: str) -> str:
-        key = "c" + container_id[:24]
-        self.routes[key] = container_id
-        return key
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        container_id = self.routes.get(host)
-        if container_id is None:
-            raise httpcore.ConnectError(f"no route to {host}")
-        try:
-            return SocketStream(await open_port(self._runtime, container_id, port))
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from exc
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
 class Upstream:
-    """The proxy's one connection pool into instances."""
+    """The proxy's one connection pool into instances (used on one event loop)."""
 
     def __init__(self, runtime: Runtime, idle_timeout_s: float) -> None:
-        self.backend = PortBackend(runtime)
-        self._pool = httpcore.AsyncConnectionPool(
-            network_backend=self.backend, max_connections=1000, keepalive_expiry=30.0
-        )
-        self._timeouts = {
-            "connect": CONNECT_TIMEOUT_S,
-            "read": idle_timeout_s,
-            "write": idle_timeout_s,
-            "pool": CONNECT_TIMEOUT_S,
-        }
+        self._runtime = runtime
+        self._idle_timeout_s = idle_timeout_s
+        self._idle: dict[Port, list[tuple[float, PortConnection]]] = {}
+        self._swept = time.monotonic()
 
     @contextlib.asynccontextmanager
     async def request(
@@ -159,26 +67,95 @@ class Upstream:
         target: str,
         headers: list[tuple[bytes, bytes]],
         body: AsyncIterable[bytes],
-    ) -> AsyncIterator[httpcore.Response]:
-        """Send one request; the response streams while the block runs."""
-        url = httpcore.URL(
-            scheme=b"http",
-            host=self.backend.host_for(container_id).encode(),
-            port=port,
-            target=target.encode("latin-1"),
-        )
-        request = httpcore.Request(
-            method.encode(),
-            url,
-            headers=headers,
-            content=body,
-            extensions={"timeout": self._timeouts},
-        )
-        response = await self._pool.handle_async_request(request)
+    ) -> AsyncIterator[UpstreamResponse]:
+        """Send one request; the response's body streams while the block runs.
+        `UpstreamFailure` when the instance's side fails; `RuntimeFailure`
+        (from the runtime) when the container is not running."""
+        key = (container_id, port)
+        pooled = self._checkout(key)
+        connection = pooled or await self._connect(key)
+        try:
+            response = await connection.exchange(method, target, headers, body)
+        except UpstreamFailure as exc:
+            connection.close()
+            silent = isinstance(exc.__cause__, TimeoutError)  # it may have been acted on
+            if pooled is None or silent or not _repeatable(method, headers):
+                raise
+            # The instance closed the pooled connection as the request went out
+            # (its keep-alive ran out): once more on a new one, as browsers do.
+            connection = await self._connect(key)
+            response = await _exchange_or_close(connection, method, target, headers, body)
+        except BaseException:
+            connection.close()
+            raise
         try:
             yield response
         finally:
-            await response.aclose()
+            if response.reusable():
+                self._checkin(key, connection)
+            else:
+                connection.close()
 
-    async def aclose(self) -> None:
-        await self._pool.aclose()
+    async def _connect(self, key: Port) -> PortConnection:
+        try:
+            sock = await open_port(self._runtime, *key)
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamFailure(str(exc) or type(exc).__name__) from exc
+        return PortConnection(sock, self._idle_timeout_s)
+
+    def _checkout(self, key: Port) -> PortConnection | None:
+        """The most recently used live connection to `key`; stale ones are closed."""
+        idle = self._idle.get(key)
+        now = time.monotonic()
+        while idle:
+            since, connection = idle.pop()
+            if now - since < KEEPALIVE_S and connection.still_open():
+                return connection
+            connection.close()
+        self._idle.pop(key, None)
+        return None
+
+    def _checkin(self, key: Port, connection: PortConnection) -> None:
+        now = time.monotonic()
+        self._sweep(now)
+        idle = self._idle.setdefault(key, [])
+        if len(idle) >= MAX_IDLE_PER_PORT:
+            _since, oldest = idle.pop(0)
+            oldest.close()
+        idle.append((now, connection))
+
+    def _sweep(self, now: float) -> None:
+        """Close expired connections of every port, once per keep-alive period
+        (a port nobody asks for again would otherwise hold them)."""
+        if now - self._swept < KEEPALIVE_S:
+            return
+        self._swept = now
+        for key, idle in list(self._idle.items()):
+            for since, connection in idle:
+                if now - since >= KEEPALIVE_S:
+                    connection.close()
+            kept = [(since, c) for since, c in idle if now - since < KEEPALIVE_S]
+            if kept:
+                self._idle[key] = kept
+            else:
+                del self._idle[key]
+
+
+def _repeatable(method: str, headers: list[tuple[bytes, bytes]]) -> bool:
+    """A safe method without a body: it can be sent again as it was."""
+    framing = (b"content-length", b"transfer-encoding")
+    return method in SAFE_METHODS and not any(name in framing for name, _v in headers)
+
+
+async def _exchange_or_close(
+    connection: PortConnection,
+    method: str,
+    target: str,
+    headers: list[tuple[bytes, bytes]],
+    body: AsyncIterable[bytes],
+) -> UpstreamResponse:
+    try:
+        return await connection.exchange(method, target, headers, body)
+    except BaseException:
+        connection.close()
+        raise
