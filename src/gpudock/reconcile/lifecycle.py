@@ -167,19 +167,12 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
     run = with_lease(ctx, instance_id, token, lambda s, i: _read_run_plan(s, i, ctx.clock()))
     if run is None:
         return
-    instance, name = run.instance, containers.container_name(ctx.cluster_id, instance_id)
+    instance = run.instance
     try:
         ctx.runtime.ensure_image(instance.system_image)
         instance = migration.ensure_data_volume(ctx, instance, run.host, token)
         ctx.crash_point("after_volume")
-        existing = ctx.runtime.inspect_container(name)
-        replaced = existing is not None and existing.labels.get(LABEL_GPUS) != ",".join(run.gpus)
-        if existing is not None and replaced:
-            instance = _carry_writable_layer(ctx, instance, existing, token)
-        spec = containers.build_spec(
-            ctx.settings, ctx.cluster_id, instance, run.host, run.gpus, run.gpu_memory_mb
-        )
-        state = ctx.runtime.create_container(spec)
+        instance, state, replaced = _make_container(ctx, instance, run, token)
         if instance.gpu_share_milli is not None:
             _install_share_hook(ctx, state.id)
         if replaced:  # the old container held the old host's copy of the data
@@ -201,6 +194,25 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
     _mark_running(ctx, instance_id, token, state, run)
     # After 'running' is reported: the copy costs a round trip the user need not wait for.
     images.install_doctor(ctx, state.id)  # gpudock-doctor in every instance
+
+
+def _make_container(
+    ctx: ServiceContext, instance: InstanceModel, run: _RunPlan, token: str
+) -> tuple[InstanceModel, ContainerState, bool]:
+    """Create the container, asking nothing first: a create finds the one an
+    earlier attempt made. One made for other GPUs is replaced (True), its
+    writable layer carried over."""
+    spec = containers.build_spec(
+        ctx.settings, ctx.cluster_id, instance, run.host, run.gpus, run.gpu_memory_mb
+    )
+    state = ctx.runtime.create_container(spec)
+    if state.labels.get(LABEL_GPUS) == ",".join(run.gpus):
+        return instance, state, False
+    instance = _carry_writable_layer(ctx, instance, state, token)
+    spec = containers.build_spec(
+        ctx.settings, ctx.cluster_id, instance, run.host, run.gpus, run.gpu_memory_mb
+    )
+    return instance, ctx.runtime.create_container(spec), True
 
 
 def _install_share_hook(ctx: ServiceContext, container_id: str) -> None:
