@@ -91,14 +91,28 @@ def advance(ctx: ServiceContext, instance_id: str) -> None:
     try:
         with LeaseHeartbeat(ctx, instance_id, token):
             for _ in range(MAX_STEPS):
-                step = with_lease(ctx, instance_id, token, lambda _s, i: plan(i))
+                step, run = with_lease(
+                    ctx, instance_id, token, lambda s, i: _next_step(s, i, ctx.clock())
+                )
                 if step == Step.NONE:
                     return
-                _STEPS[step](ctx, instance_id, token)
+                if step == Step.RUN:
+                    _run(ctx, instance_id, token, run)
+                else:
+                    _STEPS[step](ctx, instance_id, token)
     except _StopHere:
         return
     finally:
         release(ctx, instance_id, token)
+
+
+def _next_step(
+    session: Session, instance: InstanceModel, now: datetime
+) -> tuple[Step, _RunPlan | None]:
+    """The step, and for a run what it needs, read in the same transaction
+    (one fewer on the way to running)."""
+    step = plan(instance)
+    return step, _read_run_plan(session, instance, now) if step == Step.RUN else None
 
 
 # -- database-only steps ------------------------------------------------------
@@ -163,8 +177,8 @@ def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> 
     return _RunPlan(instance, host, held, int(memory or 0))
 
 
-def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
-    run = with_lease(ctx, instance_id, token, lambda s, i: _read_run_plan(s, i, ctx.clock()))
+def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None) -> None:
+    """`run`: what `_read_run_plan` read, None when it moved the row off unfit GPUs."""
     if run is None:
         return
     instance = run.instance
@@ -381,10 +395,10 @@ class _StopHere(Exception):
     """Leave the step loop; the next reconciler pass retries."""
 
 
+# Step.RUN is `_run`, given what `_next_step` read with the plan.
 _STEPS: dict[Step, Callable[[ServiceContext, str, str], None]] = {
     Step.MARK_STOPPED: _mark_stopped,
     Step.MARK_STARTING: _mark_starting,
-    Step.RUN: _run,
     Step.STOP: _stop,
     Step.DELETE: _delete,
     Step.EVACUATE: _evacuate,

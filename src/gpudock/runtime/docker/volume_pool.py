@@ -24,14 +24,21 @@ What keeps it safe is where files are, not what is remembered:
 - Bounded: `per_size` images for each of at most `max_sizes` sizes — the
   sizes it is opened with (the default disk), then the most recently asked
   for; a size that drops out has its images deleted.
+
+A size that still has a ready image is refilled once no image has been asked
+for during `quiet_s`: the format then does not compete with the start that
+took the last one (its container create and start) for the disk and the CPUs.
+A size with none left is refilled at once.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import shutil
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -43,6 +50,7 @@ log = logging.getLogger(__name__)
 POOL_DIR = ".pool"
 MAX_SIZES = 4
 RETRY_AFTER_FAILURE_S = 30.0  # a failing format (disk full, no mkfs) is not retried in a loop
+QUIET_S = 1.0
 
 # (where, size in GiB): format a sparse ext4 image at `where`, atomically
 # (written aside, renamed into place), niced: nothing waits for it.
@@ -60,6 +68,7 @@ class VolumePool:
         *,
         sizes: Iterable[int] = (),
         max_sizes: int = MAX_SIZES,
+        quiet_s: float = QUIET_S,
     ) -> None:
         self.directory = root / POOL_DIR
         self._per_size = per_size
@@ -71,6 +80,8 @@ class VolumePool:
         self._changed = threading.Condition()
         self._closing = False
         self._failing = False
+        self._quiet_s = quiet_s
+        self._last_asked = -math.inf  # time.monotonic() of the last `take`
         self._thread: threading.Thread | None = None
 
     def open(self) -> None:
@@ -102,6 +113,7 @@ class VolumePool:
             return False
         with self._changed:
             self._note_asked(size_gb)
+            self._last_asked = time.monotonic()
             self._changed.notify_all()
             ready = self._ready.get(size_gb, [])
             while ready:
@@ -134,12 +146,9 @@ class VolumePool:
     # -- the refill thread ---------------------------------------------------------
     def _refill_forever(self) -> None:
         while True:
-            with self._changed:
-                self._changed.wait_for(lambda: self._closing or self._short_of() is not None)
-                if self._closing:
-                    return
-                size = self._short_of()
-            assert size is not None
+            size = self._wait_for_due()
+            if size is None:
+                return
             if not self._make_one(size):
                 with self._changed:
                     self._changed.wait_for(lambda: self._closing, timeout=RETRY_AFTER_FAILURE_S)
@@ -164,10 +173,24 @@ class VolumePool:
             image.unlink(missing_ok=True)
         return True
 
-    def _short_of(self) -> int | None:
-        """A size with fewer ready images than it should have (the lock held)."""
+    def _wait_for_due(self) -> int | None:
+        """The next size to make an image of, when it is due; None when closing."""
+        with self._changed:
+            while not self._closing:
+                quiet_for = time.monotonic() - self._last_asked
+                short = self._short_of(empty_only=quiet_for < self._quiet_s)
+                if short is not None:
+                    return short
+                waiting = self._short_of(empty_only=False) is not None
+                self._changed.wait(timeout=self._quiet_s - quiet_for if waiting else None)
+        return None
+
+    def _short_of(self, *, empty_only: bool = False) -> int | None:
+        """A size with fewer ready images than it should have (`empty_only`:
+        with none), or None; the lock held."""
         for size in self._sizes:
-            if len(self._ready.get(size, [])) < self._per_size:
+            ready = len(self._ready.get(size, []))
+            if ready < self._per_size and not (empty_only and ready):
                 return size
         return None
 
