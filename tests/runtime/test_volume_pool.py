@@ -24,7 +24,7 @@ from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.docker.volume_pool import POOL_DIR, VolumePool
 from gpudock.runtime.docker.volumes import LoopVolumes
 from gpudock.services.instances import container_spec as containers
-from tests.support.docker import unmount_everything_under
+from tests.support.docker import remove_cluster_objects, unmount_everything_under
 from tests.support.factories import make_tenant
 from tests.support.platforms import PlatformFactory
 
@@ -213,5 +213,44 @@ def test_an_instance_starts_on_a_pooled_volume_and_keeps_it_across_stop_and_star
         assert pooled(root) == refilled  # the start drew nothing from the pool
         marker = engine.containers.get(name).exec_run(["cat", "/root/data/marker"])
         assert marker.output == b"kept\n"
+    finally:
+        runtime.close()
+
+
+def test_an_image_with_files_at_the_mount_point_seeds_the_size_limited_volume(
+    docker_platform_factory: PlatformFactory,
+    engine: docker.DockerClient,
+    root: Path,
+    tmp_path: Path,
+) -> None:
+    """The engine copies such files into a new volume at create, so it needs the
+    file system then: a create that ran ahead of the mount is tried again."""
+    (tmp_path / "Dockerfile").write_text(
+        "FROM gpudock/base:bookworm\nRUN mkdir -p /root/data && echo seed > /root/data/seed\n"
+    )
+    runtime = DockerRuntime(volume_root=root, volume_pool_size=1, volume_pool_sizes=(1,))
+    try:
+        real = docker_platform_factory(runtime)
+        tag = f"gpudock-test/pool-seeded:{real.ctx.cluster_id}"
+        engine.images.build(path=str(tmp_path), tag=tag, network_mode="none", rm=True)
+        try:
+            api = TestClient(create_app(real, run_reconciler=False))
+            dave = make_tenant(real, "dave")
+            body = {"name": "seeded", "gpu_count": 0, "disk_gb": 1, "image": tag}
+            created = api.post("/api/v1/instances", json=body, headers=dave.headers)
+            assert created.status_code == 201, created.text
+            real.reconciler.drain()
+            shown = api.get("/api/v1/instances/seeded", headers=dave.headers).json()
+            assert shown["status"] == "running", shown
+            volume = containers.volume_name(real.ctx.cluster_id, shown["id"])
+            assert (root / volume / "data" / "seed").read_text() == "seed\n"  # in the image file
+            name = containers.container_name(real.ctx.cluster_id, shown["id"])
+            size = engine.containers.get(name).exec_run(
+                ["df", "-B1", "--output=size", "/root/data"]
+            )
+            assert 0.9 * GIB < int(size.output.split()[-1]) <= GIB
+        finally:
+            remove_cluster_objects(engine, real.ctx.cluster_id)
+            engine.images.remove(tag, force=True)
     finally:
         runtime.close()

@@ -99,8 +99,10 @@ class DockerRuntime:
         if loop is not None:
             loop.open_pool(volume_pool_size, volume_pool_sizes)
         self._volumes = DockerVolumes(self._api, loop, copy_timeout_s)
-        # Mounts run beside the engine's container create (see create_container).
+        # Mounts run beside the engine's container create (see create_container),
+        # but for images whose create needed the mount already.
         self._mounts = concurrent.futures.ThreadPoolExecutor(pool_size, "gpudock-mount")
+        self._mount_first: set[str] = set()
         local = engine_is_local(base_url)
         self._local = local
         self._exec_streams = ExecStreams(self._api, local=local)
@@ -235,7 +237,11 @@ class DockerRuntime:
         image's files at the mount point into a new volume. A create that
         failed is tried once more after the mount (that copy may have been
         what failed) with its network looked up afresh (it may have been
-        removed under this process: another server on the same engine)."""
+        removed under this process: another server on the same engine). An
+        image whose create succeeded only then is mounted for first from then on."""
+        if spec.image in self._mount_first:
+            self._volumes.ensure_mounted(spec.volume_name)
+            return self._create(spec)
         mounting = self._mounts.submit(self._volumes.ensure_mounted, spec.volume_name)
         try:
             state = self._create(spec)
@@ -245,7 +251,9 @@ class DockerRuntime:
         except RuntimeFailure:
             mounting.result()
             self._networks.forget(spec.network)
-            return self._create(spec)
+            state = self._create(spec)
+            self._mount_first.add(spec.image)
+            return state
         mounting.result()
         return state
 
