@@ -1,19 +1,25 @@
-"""Start latency: create → running through gpudock versus a bare `docker run`.
+"""Start latency: create → running through gpudock versus `docker run`.
 
-Issue 2's targets: p50 ≤ 1.5 × bare `docker run` of the same image, p99 ≤ 2 s.
+Issue 19's targets: p50 ≤ 1.2 × a `docker run` with the same hardening and
+≤ 1.5 × a bare `docker run` of the same image, p99 ≤ 2 s.
 
 One run starts a real `gpudock server` (simulated 3 × 8 × A100-80GB fleet, real
-Docker Engine, GPUDOCK_IMAGE_PULL=never) as a subprocess and measures, round by
-round so that machine noise hits every series alike:
+Docker Engine, GPUDOCK_IMAGE_PULL=never, the isolation defaults) as a subprocess
+and measures, round by round so that machine noise hits every series alike:
 
 - gpudock:  POST /api/v1/instances, then GET it every 10 ms until "running";
+- hardened: `docker run` (CLI) with gpudock's sandbox and limits on a network
+  of its own, and an ext4 data volume of the instance's size formatted and
+  loop-mounted by hand in the same timed run (`bench.docker_baselines`);
 - bare-cli: `docker run -d --init --name X IMAGE sleep infinity` (docker CLI);
 - bare-sdk: docker-py `containers.run(IMAGE, ["sleep", "infinity"], detach=True,
   init=True, name=X)`, the client library gpudock itself uses (no CLI start-up).
 
-The order of the three rotates from round to round, so the work a series leaves
-behind (gpudock's reconciler finishing its pass, say) does not always land on
-the same neighbour. Containers stay running until the end (or go after each
+The hardening is read from a first gpudock instance (not measured), so the
+hardened run asks the engine for what gpudock asks. The order of the series
+rotates from round to round, so the work a series leaves behind (gpudock's
+reconciler finishing its pass, its volume pool refilling) does not always land
+on the same neighbour. Containers stay running until the end (or go after each
 measurement with --delete-each). gpudock's per-instance events split its
 latency into phases (server and client share the wall clock: same machine).
 
@@ -46,6 +52,8 @@ import docker
 import docker.errors
 import httpx
 
+from bench.docker_baselines import Bare, BenchError, Hardened, Hardening
+
 REPO = Path(__file__).resolve().parent.parent
 GPUDOCK = REPO / ".venv" / "bin" / "gpudock"
 IMAGE = "gpudock/base:bookworm"
@@ -60,9 +68,11 @@ POLL_INTERVAL_S = 0.010
 RUNNING_DEADLINE_S = 60.0
 DELETED_DEADLINE_S = 60.0
 STARTUP_DEADLINE_S = 60.0
-TARGET_P50_RATIO = 1.5
+DISK_GB = 50  # the server's default disk: the hardened run's volume is as large
+TARGET_P50_RATIOS = {"hardened": 1.2, "bare-cli": 1.5}
 TARGET_P99_S = 2.0
-SERIES = ("gpudock", "bare-cli", "bare-sdk")
+SERIES = ("gpudock", "hardened", "bare-cli", "bare-sdk")
+BASELINES = SERIES[1:]
 PHASES = ("api", "placement", "container", "report")
 PHASE_HELP = {
     "api": "client t0 → 'pending' event (HTTP, auth, image check, insert)",
@@ -70,11 +80,6 @@ PHASE_HELP = {
     "container": "'creating' → Docker's StartedAt (volume, create, copy-in, start)",
     "report": "StartedAt → client saw 'running' (inspect, DB write, poll)",
 }
-BENCH_LABEL = "gpudock-bench"
-
-
-class BenchError(Exception):
-    """Something failed: the run's figures are not to be trusted."""
 
 
 # -- statistics -------------------------------------------------------------------
@@ -276,57 +281,7 @@ def delete_instances(api: Api, instance_ids: list[str]) -> None:
         api.wait_for(instance_id, "deleted", DELETED_DEADLINE_S)
 
 
-# -- bare Docker ---------------------------------------------------------------------
-@dataclass
-class Bare:
-    client: Any  # docker.DockerClient (docker-py ships no type hints)
-    image: str
-    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
-    count: int = 0
-
-    @property
-    def label(self) -> str:
-        return f"{BENCH_LABEL}={self.run_id}"
-
-    def _name(self, kind: str) -> str:
-        self.count += 1
-        return f"gpudock-bench-{self.run_id}-{kind}-{self.count}"
-
-    def measure_cli(self) -> tuple[float, str]:
-        name = self._name("cli")
-        command = ["docker", "run", "-d", "--init", "--name", name, "--label", self.label]
-        t0 = time.perf_counter()
-        done = subprocess.run(
-            [*command, self.image, "sleep", "infinity"], capture_output=True, check=False
-        )
-        seconds = time.perf_counter() - t0
-        if done.returncode != 0:
-            raise BenchError(f"docker run failed: {done.stderr.decode(errors='replace')}")
-        return seconds, name
-
-    def measure_sdk(self) -> tuple[float, str]:
-        name = self._name("sdk")
-        t0 = time.perf_counter()
-        self.client.containers.run(
-            self.image,
-            ["sleep", "infinity"],
-            detach=True,
-            init=True,
-            name=name,
-            labels={BENCH_LABEL: self.run_id},
-        )
-        return time.perf_counter() - t0, name
-
-    def remove(self, name: str) -> None:
-        self.client.api.remove_container(name, force=True)
-
-    def remove_all(self) -> int:
-        found = self.client.api.containers(all=True, filters={"label": self.label})
-        for container in found:
-            self.client.api.remove_container(container["Id"], force=True)
-        return len(found)
-
-
+# -- Docker's own leftovers -----------------------------------------------------------
 def sweep_gpudock_leftovers(client: Any, instance_ids: list[str]) -> int:
     """After the server stopped: remove containers and volumes of our instances
     that the API's delete left behind (none, when all went well)."""
@@ -355,8 +310,21 @@ class Results:
     phases: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
 
 
+def measure_baseline(series: str, hardened: Hardened, delete_each: bool) -> float:
+    bare = hardened.bare
+    if series == "hardened":
+        seconds, name = hardened.measure()
+    elif series == "bare-cli":
+        seconds, name = bare.measure_cli()
+    else:
+        seconds, name = bare.measure_sdk()
+    if delete_each:
+        hardened.remove(name) if series == "hardened" else bare.remove(name)
+    return seconds
+
+
 def run_rounds(
-    api: Api, bare: Bare, results: Results, created: list[str], log: Callable[[str], None]
+    api: Api, hardened: Hardened, results: Results, created: list[str], log: Callable[[str], None]
 ) -> None:
     for round_no in range(results.warmup + results.count):
         recorded = round_no >= results.warmup
@@ -371,9 +339,7 @@ def run_rounds(
                 if results.delete_each:
                     delete_instances(api, [created[-1]])
             else:
-                seconds, name = bare.measure_cli() if series == "bare-cli" else bare.measure_sdk()
-                if results.delete_each:
-                    bare.remove(name)
+                seconds = measure_baseline(series, hardened, results.delete_each)
             if recorded:
                 results.seconds[series].append(seconds)
         results.load_after = os.getloadavg()[0]
@@ -381,16 +347,29 @@ def run_rounds(
         log(f"round {tag} done")
 
 
+def hardening_of_gpudock(api: Api, client: Any, created: list[str]) -> Hardening:
+    """What gpudock asked of the engine for one instance (made, not measured)."""
+    measure_gpudock(api, created)
+    disk_gb = api.call("GET", f"/instances/{created[-1]}")["disk_gb"]
+    if disk_gb != DISK_GB:
+        raise BenchError(f"the server's default disk is {disk_gb} GB, the hardened run's {DISK_GB}")
+    label = {"label": f"gpudock.instance={created[-1]}"}
+    found = client.api.containers(all=True, filters=label)
+    if not found:
+        raise BenchError(f"no container carries the label gpudock.instance={created[-1]}")
+    return Hardening.of(client.api.inspect_container(found[0]["Id"]))
+
+
 def report(results: Results) -> dict[str, Any]:
     stats = {name: summary(values) for name, values in results.seconds.items()}
     gpudock = stats["gpudock"]
     ratios = {
-        f"p50_gpudock/p50_{bare}": gpudock["p50"] / stats[bare]["p50"]
-        for bare in ("bare-cli", "bare-sdk")
+        f"p50_gpudock/p50_{baseline}": gpudock["p50"] / stats[baseline]["p50"]
+        for baseline in BASELINES
     }
     targets = {
-        f"p50 <= {TARGET_P50_RATIO:g} x {bare}": ratio <= TARGET_P50_RATIO
-        for bare, ratio in zip(("bare-cli", "bare-sdk"), ratios.values(), strict=True)
+        f"p50 <= {limit:g} x {baseline}": ratios[f"p50_gpudock/p50_{baseline}"] <= limit
+        for baseline, limit in TARGET_P50_RATIOS.items()
     }
     targets[f"p99 <= {TARGET_P99_S:g} s"] = gpudock["p99"] <= TARGET_P99_S
     return {
@@ -400,6 +379,7 @@ def report(results: Results) -> dict[str, Any]:
         "delete_each": results.delete_each,
         "image": IMAGE,
         "fleet": FLEET,
+        "disk_gb": DISK_GB,
         "poll_interval_s": results.poll_interval_s,
         "reconcile_interval_s": float(RECONCILE_INTERVAL_S),
         "loadavg_1m": {"before": results.load_before, "after": results.load_after},
@@ -441,7 +421,6 @@ def print_table(data: dict[str, Any]) -> None:
 def benchmark(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
     client = docker.from_env()
     client.images.get(IMAGE)  # fails now, not mid-run, if the image is missing
-    bare = Bare(client=client, image=IMAGE)
     results = Results(
         count=args.count,
         warmup=args.warmup,
@@ -451,12 +430,21 @@ def benchmark(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str,
     created: list[str] = []
     tmp = tempfile.TemporaryDirectory(prefix="gpudock-bench-")
     log_path = Path(tmp.name) / "server.log"
+    hardened_dir = Path(tmp.name) / "hardened"
+    hardened_dir.mkdir()
+    bare = Bare(client=client, image=IMAGE)
+    hardened = Hardened(bare, Hardening(()), DISK_GB, hardened_dir)
     try:
         with running_server(Path(tmp.name) / "data", log_path) as server:
             log(f"server up at {server.url}")
             api = make_user(server, args.poll_ms / 1000)
             try:
-                run_rounds(api, bare, results, created, log)
+                hardened.hardening = hardening_of_gpudock(api, client, created)
+                if args.delete_each:
+                    delete_instances(api, created)
+                log(f"hardened runs: {' '.join(hardened.hardening.flags)}")
+                hardened.make_network()
+                run_rounds(api, hardened, results, created, log)
                 alive = [] if args.delete_each else created
                 log(f"deleting {len(alive)} gpudock instances")
                 delete_instances(api, alive)
@@ -464,6 +452,7 @@ def benchmark(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str,
                 api.close()
     finally:
         removed = bare.remove_all()
+        hardened.remove_all()
         leftovers = sweep_gpudock_leftovers(client, created)
         log(f"removed {removed} bare containers; swept {leftovers} gpudock leftovers")
         client.close()
@@ -494,10 +483,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.count < 1 or args.warmup < 0 or args.poll_ms <= 0:
         parser.error("--count must be ≥ 1, --warmup ≥ 0 and --poll-ms > 0")
-    if not args.delete_each and args.count + args.warmup > FLEET_GPUS:
+    if not args.delete_each and args.count + args.warmup + 1 > FLEET_GPUS:
         parser.error(
-            f"{args.count + args.warmup} instances do not fit on {FLEET_GPUS} GPUs "
-            "at once: lower --count or use --delete-each"
+            f"{args.count + args.warmup} instances and the hardening probe do not fit on "
+            f"{FLEET_GPUS} GPUs at once: lower --count or use --delete-each"
         )
     return args
 

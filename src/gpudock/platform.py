@@ -77,6 +77,8 @@ def default_runtime(settings: Settings) -> Runtime:
         volume_root=settings.effective_volume_dir,
         host_firewall=settings.host_firewall,
         copy_timeout_s=settings.volume_copy_timeout_s,
+        volume_pool_size=settings.volume_pool_size,
+        volume_pool_sizes=(settings.default_disk_gb,),
     )
 
 

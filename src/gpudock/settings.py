@@ -61,6 +61,15 @@ class Settings(BaseSettings):
         "disk size, loop-mounted on the Docker host (needs root there and a local engine); "
         "'off': volumes share the host's disk without a limit.",
     )
+    volume_pool_size: int = Field(
+        default=2,
+        ge=0,
+        le=32,
+        description="Size-limited data volume images kept formatted and ready, for each "
+        "disk size in use (the default disk size and the three last asked for), so that a "
+        "start does not wait for mkfs; made in the background, deleted at start-up. "
+        "Each costs a few MB of the volume directory's disk. 0: format each on demand.",
+    )
     host_firewall: bool = Field(
         default=True,
         description="Drop new connections from tenant networks to the Docker host itself "

@@ -91,14 +91,28 @@ def advance(ctx: ServiceContext, instance_id: str) -> None:
     try:
         with LeaseHeartbeat(ctx, instance_id, token):
             for _ in range(MAX_STEPS):
-                step = with_lease(ctx, instance_id, token, lambda _s, i: plan(i))
+                step, run = with_lease(
+                    ctx, instance_id, token, lambda s, i: _next_step(s, i, ctx.clock())
+                )
                 if step == Step.NONE:
                     return
-                _STEPS[step](ctx, instance_id, token)
+                if step == Step.RUN:
+                    _run(ctx, instance_id, token, run)
+                else:
+                    _STEPS[step](ctx, instance_id, token)
     except _StopHere:
         return
     finally:
         release(ctx, instance_id, token)
+
+
+def _next_step(
+    session: Session, instance: InstanceModel, now: datetime
+) -> tuple[Step, _RunPlan | None]:
+    """The step, and for a run what it needs, read in the same transaction
+    (one fewer on the way to running)."""
+    step = plan(instance)
+    return step, _read_run_plan(session, instance, now) if step == Step.RUN else None
 
 
 # -- database-only steps ------------------------------------------------------
@@ -163,23 +177,16 @@ def _read_run_plan(session: Session, instance: InstanceModel, now: datetime) -> 
     return _RunPlan(instance, host, held, int(memory or 0))
 
 
-def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
-    run = with_lease(ctx, instance_id, token, lambda s, i: _read_run_plan(s, i, ctx.clock()))
+def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None) -> None:
+    """`run`: what `_read_run_plan` read, None when it moved the row off unfit GPUs."""
     if run is None:
         return
-    instance, name = run.instance, containers.container_name(ctx.cluster_id, instance_id)
+    instance = run.instance
     try:
         ctx.runtime.ensure_image(instance.system_image)
         instance = migration.ensure_data_volume(ctx, instance, run.host, token)
         ctx.crash_point("after_volume")
-        existing = ctx.runtime.inspect_container(name)
-        replaced = existing is not None and existing.labels.get(LABEL_GPUS) != ",".join(run.gpus)
-        if existing is not None and replaced:
-            instance = _carry_writable_layer(ctx, instance, existing, token)
-        spec = containers.build_spec(
-            ctx.settings, ctx.cluster_id, instance, run.host, run.gpus, run.gpu_memory_mb
-        )
-        state = ctx.runtime.create_container(spec)
+        instance, state, replaced = _make_container(ctx, instance, run, token)
         if instance.gpu_share_milli is not None:
             _install_share_hook(ctx, state.id)
         if replaced:  # the old container held the old host's copy of the data
@@ -201,6 +208,25 @@ def _run(ctx: ServiceContext, instance_id: str, token: str) -> None:
     _mark_running(ctx, instance_id, token, state, run)
     # After 'running' is reported: the copy costs a round trip the user need not wait for.
     images.install_doctor(ctx, state.id)  # gpudock-doctor in every instance
+
+
+def _make_container(
+    ctx: ServiceContext, instance: InstanceModel, run: _RunPlan, token: str
+) -> tuple[InstanceModel, ContainerState, bool]:
+    """Create the container, asking nothing first: a create finds the one an
+    earlier attempt made. One made for other GPUs is replaced (True), its
+    writable layer carried over."""
+    spec = containers.build_spec(
+        ctx.settings, ctx.cluster_id, instance, run.host, run.gpus, run.gpu_memory_mb
+    )
+    state = ctx.runtime.create_container(spec)
+    if state.labels.get(LABEL_GPUS) == ",".join(run.gpus):
+        return instance, state, False
+    instance = _carry_writable_layer(ctx, instance, state, token)
+    spec = containers.build_spec(
+        ctx.settings, ctx.cluster_id, instance, run.host, run.gpus, run.gpu_memory_mb
+    )
+    return instance, ctx.runtime.create_container(spec), True
 
 
 def _install_share_hook(ctx: ServiceContext, container_id: str) -> None:
@@ -369,10 +395,10 @@ class _StopHere(Exception):
     """Leave the step loop; the next reconciler pass retries."""
 
 
+# Step.RUN is `_run`, given what `_next_step` read with the plan.
 _STEPS: dict[Step, Callable[[ServiceContext, str, str], None]] = {
     Step.MARK_STOPPED: _mark_stopped,
     Step.MARK_STARTING: _mark_starting,
-    Step.RUN: _run,
     Step.STOP: _stop,
     Step.DELETE: _delete,
     Step.EVACUATE: _evacuate,

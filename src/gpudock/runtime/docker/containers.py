@@ -128,7 +128,8 @@ class DockerContainers:
         self._size_opt: bool | None = None  # does the engine honour storage_opt size=?
 
     def create(self, spec: ContainerSpec, engine_cpus: int) -> ContainerState:
-        """Create it, or return the one an earlier attempt made (e.g. before a crash)."""
+        """Create it, or return the one an earlier attempt made (e.g. before a
+        crash) as the engine describes it: its labels may not be `spec`'s."""
         cap_disk = bool(spec.system_disk_gb) and self.limits_system_disks()
         host_config = host_config_arguments(spec, engine_cpus, cap_disk)
         with translated(f"create container {spec.name}"):
@@ -140,8 +141,16 @@ class DockerContainers:
             except docker.errors.APIError as exc:
                 if exc.status_code != CONFLICT:
                     raise
-                created = {"Id": spec.name}  # the name is taken: by that earlier attempt
-            return state_of(self._api.inspect_container(created["Id"]))
+                # The name is taken: by that earlier attempt.
+                return state_of(self._api.inspect_container(spec.name))
+        # Just made from `spec`: no round trip to be told what it was given.
+        return ContainerState(
+            id=str(created["Id"]),
+            name=spec.name,
+            running=False,
+            status="created",
+            labels=dict(spec.labels),
+        )
 
     def limits_system_disks(self) -> bool:
         """Probed once: overlay2 honours `size=` only over XFS mounted with pquota,

@@ -9,13 +9,14 @@ a tenant network and mounts a volume).
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import docker
 
-from gpudock.errors import RuntimeFailure
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime.base import (
     LABEL_MANAGED,
     BuildJob,
@@ -78,19 +79,30 @@ class DockerRuntime:
         volume_root: Path | None = None,
         host_firewall: bool = True,
         copy_timeout_s: float = DEFAULT_COPY_TIMEOUT_S,
+        volume_pool_size: int = 0,
+        volume_pool_sizes: tuple[int, ...] = (),
     ) -> None:
         """`timeout_s`: each engine call's. `volume_root`: where size-limited data
         volumes live on the Docker host (see `runtime.docker.volumes`); None:
         volumes without a size limit. `host_firewall`: keep tenant networks from
         connecting to this host (a local engine only; see `runtime.docker.networks`).
-        `copy_timeout_s`: a volume copy's time limit (see `copy_volume`)."""
+        `copy_timeout_s`: a volume copy's time limit (see `copy_volume`).
+        `volume_pool_size`: formatted size-limited volume images kept ready per
+        size in use, `volume_pool_sizes` from the start (see
+        `runtime.docker.volume_pool`; 0: none)."""
         self._api = connect(base_url, timeout_s, pool_size)
         self._engine_cpus: int | None = None
         self._images = DockerImages(self._api)
         self._containers = DockerContainers(self._api)
         self._networks = DockerNetworks(self._api)
         loop = LoopVolumes(volume_root, timeout_s) if volume_root else None
+        if loop is not None:
+            loop.open_pool(volume_pool_size, volume_pool_sizes)
         self._volumes = DockerVolumes(self._api, loop, copy_timeout_s)
+        # Mounts run beside the engine's container create (see create_container),
+        # but for images whose create needed the mount already.
+        self._mounts = concurrent.futures.ThreadPoolExecutor(pool_size, "gpudock-mount")
+        self._mount_first: set[str] = set()
         local = engine_is_local(base_url)
         self._local = local
         self._exec_streams = ExecStreams(self._api, local=local)
@@ -100,6 +112,8 @@ class DockerRuntime:
             firewall.cover_bridges(self._networks.tenant_bridges())
 
     def close(self) -> None:
+        self._volumes.close()
+        self._mounts.shutdown(wait=True)
         self._api.close()
 
     # -- engine and images -------------------------------------------------
@@ -188,6 +202,12 @@ class DockerRuntime:
     def remove_volume(self, name: str) -> None:
         self._volumes.remove(name)
 
+    def wait_for_volume_pool(self, timeout_s: float) -> bool:
+        """True once every size in use has its formatted images ready (see
+        `runtime.docker.volume_pool`); False without a pool, when formatting
+        fails, or past `timeout_s`."""
+        return self._volumes.wait_for_pool(timeout_s)
+
     def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
         return self._volumes.with_labels(labels)
 
@@ -212,7 +232,32 @@ class DockerRuntime:
 
     # -- containers --------------------------------------------------------
     def create_container(self, spec: ContainerSpec) -> ContainerState:
-        self._volumes.ensure_mounted(spec.volume_name)
+        """The data volume's file system is mounted while the engine creates the
+        container: the engine needs it at start, and at create only to copy an
+        image's files at the mount point into a new volume. A create that
+        failed is tried once more after the mount (that copy may have been
+        what failed) with its network looked up afresh (it may have been
+        removed under this process: another server on the same engine). An
+        image whose create succeeded only then is mounted for first from then on."""
+        if spec.image in self._mount_first:
+            self._volumes.ensure_mounted(spec.volume_name)
+            return self._create(spec)
+        mounting = self._mounts.submit(self._volumes.ensure_mounted, spec.volume_name)
+        try:
+            state = self._create(spec)
+        except (ImageNotFound, RuntimeUnavailable):
+            concurrent.futures.wait([mounting])
+            raise
+        except RuntimeFailure:
+            mounting.result()
+            self._networks.forget(spec.network)
+            state = self._create(spec)
+            self._mount_first.add(spec.image)
+            return state
+        mounting.result()
+        return state
+
+    def _create(self, spec: ContainerSpec) -> ContainerState:
         cpus = self._cpus()
         with self._networks.joining(spec.network, spec.network_labels):
             try:

@@ -55,12 +55,15 @@ def is_tenant_network(network: str) -> bool:
 
 class DockerNetworks:
     """The tenant networks of one engine. Creating a container on a network and
-    removing that network never interleave (one lock per network)."""
+    removing that network never interleave (one lock per network). Networks
+    this process saw exist are not asked about again until it removes them,
+    or `forget`s one a container create could not find."""
 
     def __init__(self, api: docker.APIClient) -> None:
         self._api = api
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._known: set[str] = set()
 
     @contextlib.contextmanager
     def joining(self, name: str, labels: dict[str, str]) -> Iterator[None]:
@@ -78,11 +81,16 @@ class DockerNetworks:
         with self._lock_of(name), translated(f"create network {name}"):
             self._ensure(name, labels)
 
+    def forget(self, name: str) -> None:
+        """Ask the engine about `name` again next time."""
+        self._known.discard(name)
+
     def remove(self, name: str) -> None:
         with self._lock_of(name), translated(f"remove network {name}"):
             # Stopped containers keep their network by id: never pull it from under them.
             if self._api.containers(all=True, filters={"network": name}):
                 return
+            self._known.discard(name)
             try:
                 self._api.remove_network(name)
             except docker.errors.NotFound:
@@ -104,11 +112,15 @@ class DockerNetworks:
         return [(n.get("Options") or {}).get(BRIDGE_OPTION) or f"br-{n['Id'][:12]}" for n in found]
 
     def _ensure(self, name: str, labels: dict[str, str]) -> None:
+        if name in self._known:
+            return
         try:
             self._api.inspect_network(name)
-            return
         except docker.errors.NotFound:
-            pass
+            self._create(name, labels)
+        self._known.add(name)
+
+    def _create(self, name: str, labels: dict[str, str]) -> None:
         options = {BRIDGE_OPTION: bridge_name(name)}
         try:
             self._api.create_network(
@@ -129,6 +141,7 @@ class DockerNetworks:
         engine's `network prune`: it would take those of stopped containers."""
         for network in self._api.networks(filters={"label": f"{LABEL_MANAGED}=true"}):
             if not self._api.containers(all=True, filters={"network": network["Name"]}):
+                self._known.discard(network["Name"])
                 with contextlib.suppress(docker.errors.APIError):
                     self._api.remove_network(network["Id"])
 

@@ -16,6 +16,11 @@ If the file system is not mounted (after a reboot) `data` does not exist and
 Docker refuses to start the container, so a tenant never writes to the host's
 disk by mistake; `ensure` mounts it again. Needs root on the Docker host, in
 its mount namespace (the server runs beside dockerd).
+
+A new volume's image comes ready-formatted from a pool where one is kept
+(`runtime.docker.volume_pool`), and its file system is mounted while the
+engine creates the container (`DockerRuntime.create_container`): the engine
+needs `data` only when the container starts.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -37,6 +43,7 @@ import requests.exceptions
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime.base import RuntimeTimeout, VolumeState
 from gpudock.runtime.docker.translate import label_filter, timed_out, translated
+from gpudock.runtime.docker.volume_pool import VolumePool
 
 GIB = 1024**3
 # Lazy inode tables and journal: formatting 50 GB takes milliseconds and writes
@@ -67,19 +74,32 @@ class DockerVolumes:
         self._copy_timeout_s = copy_timeout_s
 
     def ensure(self, name: str, labels: dict[str, str], size_gb: int | None) -> None:
-        # The engine's volume create is idempotent for an existing name (whatever
-        # its options): one round trip.
+        """The engine's volume and, for a size-limited one, its image (not yet
+        mounted: `ensure_mounted` does that, before the container starts)."""
         options: dict[str, str] | None = None
-        if self._loop is not None and size_gb is not None and not self._plain(name):
-            data = self._loop.ensure(name, size_gb)
-            options = {"type": "none", "o": "bind", "device": str(data)}
+        if self._loop is not None and size_gb is not None:
+            options = {"type": "none", "o": "bind", "device": str(self._loop.data_dir(name))}
+        # The engine's create is idempotent and answers with the volume as it is:
+        # one made before quotas were on keeps its options (none), and stays plain.
+        # It never looks at `device` before a container starts.
         with translated(f"create volume {name}"):
-            self._api.create_volume(name=name, driver="local", driver_opts=options, labels=labels)
+            made = self._api.create_volume(
+                name=name, driver="local", driver_opts=options, labels=labels
+            )
+        if self._loop is not None and size_gb is not None and _bound(made):
+            self._loop.provision(name, size_gb)
 
     def ensure_mounted(self, name: str) -> None:
-        """A size-limited volume's file system, mounted again after a reboot."""
+        """A size-limited volume's file system mounted (after `ensure`, or a reboot)."""
         if self._loop is not None:
             self._loop.ensure_mounted(name)
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+
+    def wait_for_pool(self, timeout_s: float) -> bool:
+        return self._loop is not None and self._loop.wait_for_pool(timeout_s)
 
     def used_bytes(self, name: str) -> int | None:
         """A size-limited volume's file system use; plain volumes share the
@@ -162,14 +182,10 @@ class DockerVolumes:
         )
         return str(created["Id"])
 
-    def _plain(self, name: str) -> bool:
-        """True for a volume made before quotas were on: it stays as it is."""
-        with translated(f"inspect volume {name}"):
-            try:
-                attrs = self._api.inspect_volume(name)
-            except docker.errors.NotFound:
-                return False
-        return not (attrs.get("Options") or {}).get("device")
+
+def _bound(volume: dict[str, Any]) -> bool:
+    """False for a volume made before quotas were on (the engine's own directory)."""
+    return bool((volume.get("Options") or {}).get("device"))
 
 
 def wait_for_copy(
@@ -250,15 +266,38 @@ class LoopVolumes:
         self._timeout_s = timeout_s
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._pool: VolumePool | None = None
+        self._nice = shutil.which("nice")
 
-    def ensure(self, name: str, size_gb: int) -> Path:
-        """Make the volume's file system exist and be mounted; return the
-        directory to bind. An existing image keeps its size."""
+    def open_pool(self, per_size: int, sizes: tuple[int, ...] = ()) -> VolumePool:
+        """Empty the pool of ready images an earlier process left (also when
+        `per_size` is 0: a pool turned off leaves nothing behind) and keep
+        `per_size` images of each size in use ready from now on, `sizes` first."""
+        self._pool = VolumePool(self._root, per_size, self._format_in_background, sizes=sizes)
+        self._pool.open()
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def wait_for_pool(self, timeout_s: float) -> bool:
+        return self._pool is not None and self._pool.settle(timeout_s)
+
+    def data_dir(self, name: str) -> Path:
+        """What the engine binds: it exists only while the file system is mounted."""
+        return self._root / name / "data"
+
+    def provision(self, name: str, size_gb: int) -> None:
+        """Make the volume's image exist (a pooled one, or formatted now); an
+        existing image keeps its size and its data."""
         with self._lock_of(name):
             image = self._root / f"{name}.img"
-            if not image.exists():
+            if image.exists():
+                return
+            self._root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if self._pool is None or not self._pool.take(size_gb, image):
                 self._format(image, size_gb)
-            return self._mount(name, image)
 
     def ensure_mounted(self, name: str) -> None:
         """Mount the volume again if its image exists and it is not mounted."""
@@ -291,13 +330,19 @@ class LoopVolumes:
             if mountpoint.is_dir():
                 mountpoint.rmdir()  # empty once unmounted: `data` lives inside the image
 
-    def _format(self, image: Path, size_gb: int) -> None:
+    def _format(self, image: Path, size_gb: int, *, niced: bool = False) -> None:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o700)
         partial = image.with_name(image.name + ".tmp")
         with partial.open("wb") as handle:
             handle.truncate(size_gb * GIB)  # sparse: costs nothing until written
-        self._run([*MKFS, "-L", "gpudock-data", str(partial)], f"format {image.name}")
+        command = [*MKFS, "-L", "gpudock-data", str(partial)]
+        if niced and self._nice is not None:
+            command = [self._nice, "-n", "10", *command]
+        self._run(command, f"format {image.name}")
         partial.rename(image)  # atomic: a crash never leaves a half-formatted image
+
+    def _format_in_background(self, image: Path, size_gb: int) -> None:
+        self._format(image, size_gb, niced=True)
 
     def _mount(self, name: str, image: Path) -> Path:
         mountpoint = self._root / name
