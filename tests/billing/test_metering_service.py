@@ -8,10 +8,11 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from gpudock.billing.metering import elapsed_seconds
 from gpudock.db.models import (
+    BillingAccountModel,
     BillingIntervalModel,
     BillingPostingModel,
     InstanceEventModel,
@@ -360,3 +361,18 @@ def test_a_monthly_budget_stops_like_an_empty_balance(
         instances.start_instance(platform.ctx, alice, instance_id)
     billing.set_budget(platform.ctx, alice, None)
     instances.start_instance(platform.ctx, alice, instance_id)
+
+
+def test_verify_balances_names_an_account_whose_balance_drifted(
+    platform: Platform, alice: UserModel
+) -> None:
+    assert_books_balance(platform)
+    account_id = ledger.user_account(alice.id)
+    with platform.ctx.sessions.begin() as session:
+        session.execute(
+            update(BillingAccountModel)
+            .where(BillingAccountModel.id == account_id)
+            .values(balance_micro=BillingAccountModel.balance_micro + 7)
+        )
+    with platform.ctx.sessions() as session:
+        assert ledger.verify_balances(session) == {account_id: (100_000_007, 100_000_000)}

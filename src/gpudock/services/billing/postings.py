@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, func, literal, select, union_all, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -150,36 +150,34 @@ def balance(session: Session, user_id: str) -> int:
     return row.balance_micro if row is not None else 0
 
 
-def derived_balances(session: Session) -> dict[str, int]:
-    """Σ credits − Σ debits per account, from the postings alone."""
-    result: dict[str, int] = {}
-    for side, sign in (
-        (BillingPostingModel.credit_account, 1),
-        (BillingPostingModel.debit_account, -1),
-    ):
-        rows = session.execute(
-            select(side, func.sum(BillingPostingModel.amount_micro)).group_by(side)
-        ).all()
-        for account_id, total in rows:
-            result[account_id] = result.get(account_id, 0) + sign * int(total)
-    return result
-
-
 def verify_balances(session: Session) -> dict[str, tuple[int, int]]:
     """Accounts whose cached balance differs from their postings: {id: (cached, derived)}.
 
     Empty when all is well; also checks that all balances sum to zero
-    (reported under the key "Σ")."""
-    derived = derived_balances(session)
-    cached = dict(
-        session.execute(select(BillingAccountModel.id, BillingAccountModel.balance_micro)).all()
-    )
+    (reported under the key "Σ"). One statement, so on PostgreSQL's READ
+    COMMITTED it compares one snapshot even while charges commit (two reads
+    could see a posting without its balance update, or the other way round)."""
+    amount = BillingPostingModel.amount_micro
+    parts = union_all(
+        select(
+            BillingPostingModel.credit_account.label("account"),
+            amount.label("derived"),
+            literal(0).label("cached"),
+        ),
+        select(BillingPostingModel.debit_account, -amount, literal(0)),
+        select(BillingAccountModel.id, literal(0), BillingAccountModel.balance_micro),
+    ).subquery()
+    rows = session.execute(
+        select(parts.c.account, func.sum(parts.c.derived), func.sum(parts.c.cached)).group_by(
+            parts.c.account
+        )
+    ).all()
     wrong = {
-        name: (int(cached.get(name, 0)), derived.get(name, 0))
-        for name in set(cached) | set(derived)
-        if int(cached.get(name, 0)) != derived.get(name, 0)
+        account_id: (int(cached), int(derived))
+        for account_id, derived, cached in rows
+        if int(cached) != int(derived)
     }
-    total = sum(derived.values())
+    total = sum(int(derived) for _, derived, _ in rows)
     if total != 0:
         wrong["Σ"] = (0, total)
     return wrong
