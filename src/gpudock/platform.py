@@ -110,7 +110,7 @@ def open_platform(
     from gpudock.services.context import ServiceContext, utc_now
     from gpudock.services.fleet import inventory
 
-    engine = engine or open_database(settings)
+    engine = engine if engine is not None else open_database(settings)
     source = gpu_source or default_gpu_source(settings)
     ctx = ServiceContext(
         settings=settings,
