@@ -3,6 +3,7 @@ in its database, 100 concurrent clients.
 
     nice .venv/bin/python -m bench.api_load [--duration 30] [--clients 100]
         [--instances 10000] [--users 500] [--running 2000] [--database-url URL]
+        [--server-src DIR]   # the server from another src/ tree, e.g. `git archive`d
 
 The server runs in a child process on the fake runtime (`GPUDOCK_RUNTIME=fake`)
 over a simulated fleet with some GPUs to spare, rate limits off (every client
@@ -282,13 +283,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=500)
     parser.add_argument("--running", type=int, default=2_000)
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
+    parser.add_argument(
+        "--server-src", type=Path, help="run the server from this src/ tree (a before/after)"
+    )
     args = parser.parse_args(argv)
     logging.getLogger("gpudock").setLevel(logging.WARNING)
     fleet = fleet_spec(args.running)
     with tempfile.TemporaryDirectory(prefix="gpudock-load-") as tmp:
-        server = ServerProcess(
-            Path(tmp) / "server", fleet, database_url=args.database_url, env=dict(SERVER_ENV)
-        )
+        env = dict(SERVER_ENV)
+        if args.server_src is not None:
+            env["PYTHONPATH"] = str(args.server_src)
+        server = ServerProcess(Path(tmp) / "server", fleet, database_url=args.database_url, env=env)
         server.healthy_timeout_s = 300
         server.start()
         url = args.database_url or f"sqlite:///{server.data_dir / 'gpudock.db'}"

@@ -90,7 +90,7 @@ def start_server(data_dir: Path) -> Server:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
                 return Server(url, process, data_dir)
         except httpx.HTTPError:
             time.sleep(0.1)

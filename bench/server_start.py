@@ -1,16 +1,20 @@
-"""`gpudock server`: start to the first 200 from /healthz, against bare Python
-starts measured in the same run.
+"""`gpudock server`: start to the first 200 from /healthz (live) and from
+/readyz (everything loaded), against bare Python starts measured in the same run.
 
     nice .venv/bin/python -m bench.server_start [--runs 5] [--imports 12]
+        [--before-src DIR]   # e.g. `git archive main src | tar -x -C DIR`
 
-Each run starts `gpudock server` on the simulated fleet with the SSH gateway
-on a free port, polls /healthz every 10 ms and kills the server at the first
-200; run 1 is a fresh data dir (the schema is made), the others restart on it
-(the steady case: a migrated database). Baselines, each as many times:
-`python -c 'import fastapi, uvicorn'` (the floor of any FastAPI server) and a
-one-route uvicorn app started to its first 200. Then `python -X importtime`
-of what the server imports before it can answer, the slowest cumulative
-entries first. Target: ≤ 1 s to the first 200 on an idle machine.
+Each round starts, in turn: `gpudock server` on the simulated fleet (SSH
+gateway on a free port), polling /healthz every 10 ms until its first 200,
+then /readyz likewise (a server without /readyz is ready when live); the same
+from `--before-src` if given (PYTHONPATH, same interpreter and packages);
+`python -c 'import fastapi, uvicorn'` (the floor of any FastAPI server); and a
+one-route uvicorn app to its first 200. Taking them in turn keeps a changing
+load from favouring one. Round 1 is a fresh data dir (the schema is made), the
+others restart on it (the steady case: a migrated database); ratios are the
+medians of each restart round's own ratio. Then `python -X importtime` of what
+the server imports before it is ready, the slowest cumulative entries first.
+Target: ≤ 1 s to the first /healthz 200 on an idle machine.
 """
 
 from __future__ import annotations
@@ -36,28 +40,40 @@ app = fastapi.FastAPI()
 app.get("/healthz")(lambda: {"status": "ok"})
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
-SERVER_IMPORTS = "import uvicorn, gpudock.platform, gpudock.api.app, gpudock.sshgw.gateway"
+# What the server imports before it is ready; before it is live, only up to gpudock.platform.
+SERVER_IMPORTS = (
+    "import uvicorn, gpudock.api.staged, gpudock.platform, gpudock.api.app, gpudock.sshgw.gateway"
+)
 
 
-def time_to_first_200(command: list[str], port: int, env: dict[str, str]) -> float:
+def times_to_first_200(
+    command: list[str], port: int, env: dict[str, str], paths: tuple[str, ...] = ("/healthz",)
+) -> list[float]:
+    """Seconds from the process's start to the first 200 of each path, in turn;
+    a path answered 404 (a server without it) counts as reached with the one before."""
     began = time.perf_counter()
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+    times = []
     try:
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{command[0]} exited with {process.returncode}")
-            try:
-                response = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                if response.status_code == 200:
-                    return time.perf_counter() - began
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.01)
+        for path in paths:
+            while (status := status_of(port, path)) not in (200, 404):
+                if process.poll() is not None:
+                    raise RuntimeError(f"{command[0]} exited with {process.returncode}")
+                time.sleep(0.01)
+            times.append(times[-1] if status == 404 else time.perf_counter() - began)
+        return times
     finally:
         process.kill()
         process.wait()
+
+
+def status_of(port: int, path: str) -> int | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=1).status_code
+    except httpx.HTTPError:
+        return None
 
 
 def time_command(command: list[str]) -> float:
@@ -66,13 +82,26 @@ def time_command(command: list[str]) -> float:
     return time.perf_counter() - began
 
 
-def server_runs(data_dir: Path, runs: int) -> list[float]:
+def server_start(data_dir: Path, src: Path | None = None) -> list[float]:
+    """[live, ready] seconds of one `gpudock server` start (from `src` if given)."""
     env = {**os.environ, "GPUDOCK_SSH_PORT": "0", "GPUDOCK_IMAGE_PULL": "never"}
-    times = []
-    for _ in range(runs):
-        port = free_port()
-        command = [GPUDOCK, "server", "--data-dir", str(data_dir), "--port", str(port)]
-        times.append(time_to_first_200([*command, "--simulate", "1x4xA100-80GB"], port, env))
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    port = free_port()
+    command = [GPUDOCK, "server", "--data-dir", str(data_dir), "--port", str(port)]
+    command += ["--simulate", "1x4xA100-80GB"]
+    return times_to_first_200(command, port, env, ("/healthz", "/readyz"))
+
+
+def one_round(data: Path, before_src: Path | None) -> dict[str, float]:
+    times: dict[str, float] = {}
+    times["live"], times["ready"] = server_start(data / "ours")
+    if before_src is not None:
+        times["before live"], times["before ready"] = server_start(data / "before", before_src)
+    times["import"] = time_command([sys.executable, "-c", "import fastapi, uvicorn"])
+    port = free_port()
+    command = [sys.executable, "-c", ONE_ROUTE_APP, str(port)]
+    (times["one-route"],) = times_to_first_200(command, port, dict(os.environ))
     return times
 
 
@@ -91,39 +120,37 @@ def slowest_imports(count: int) -> list[tuple[float, str]]:
     return sorted(rows, reverse=True)[:count]
 
 
-def summary(name: str, values: list[float]) -> str:
-    shown = " ".join(f"{v:.2f}" for v in values)
-    return f"{name:34} median {statistics.median(values):5.2f} s  ({shown})"
+def report(rounds: list[dict[str, float]]) -> None:
+    first, restarts = rounds[0], rounds[1:] or rounds
+    for name in first:
+        if name in ("import", "one-route"):
+            values = [r[name] for r in rounds]
+            print(f"{name:22} all rounds  median {statistics.median(values):5.2f} s")
+            continue
+        shown = " ".join(f"{r[name]:.2f}" for r in restarts)
+        print(
+            f"{name:22} first {first[name]:5.2f} s  restarts median "
+            f"{statistics.median(r[name] for r in restarts):5.2f} s  ({shown})"
+        )
+    for name in (n for n in first if n not in ("import", "one-route")):
+        for base in ("import", "one-route"):
+            ratio = statistics.median(r[name] / r[base] for r in restarts)
+            print(f"restart {name} / {base}: {ratio:.2f}")
+    if "before ready" in first:
+        ratio = statistics.median(r["ready"] / r["before ready"] for r in restarts)
+        print(f"restart ready / before ready: {ratio:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--imports", type=int, default=12)
+    parser.add_argument("--before-src", type=Path, help="a src/ tree of another version")
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="gpudock-start-") as tmp:
-        server = server_runs(Path(tmp) / "data", args.runs)
-    imports = [
-        time_command([sys.executable, "-c", "import fastapi, uvicorn"]) for _ in range(args.runs)
-    ]
-    bare = []
-    for _ in range(args.runs):
-        port = free_port()
-        bare.append(
-            time_to_first_200(
-                [sys.executable, "-c", ONE_ROUTE_APP, str(port)], port, dict(os.environ)
-            )
-        )
-    print(summary("gpudock server, first start", server[:1]))
-    print(summary("gpudock server, restarts", server[1:] or server))
-    print(summary("python -c 'import fastapi, uvicorn'", imports))
-    print(summary("one-route uvicorn app", bare))
-    steady = statistics.median(server[1:] or server)
-    print(
-        f"restart / bare import: {steady / statistics.median(imports):.2f}; "
-        f"restart / one-route app: {steady / statistics.median(bare):.2f}"
-    )
+        rounds = [one_round(Path(tmp), args.before_src) for _ in range(args.runs)]
+    report(rounds)
     print(f"load average {os.getloadavg()[0]:.2f}")
     print("slowest imports (cumulative s):")
     for seconds, name in slowest_imports(args.imports):

@@ -171,7 +171,7 @@ def _wait_healthy(server: Server) -> None:
                 + server.log_tail()
             )
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(server.url + "/healthz", timeout=1.0).status_code == 200:
+            if httpx.get(server.url + "/readyz", timeout=1.0).status_code == 200:
                 return
         time.sleep(0.05)
     raise BenchError(

@@ -1,4 +1,10 @@
-"""Composition root: database, runtime, GPU source, reconciler — built once."""
+"""Composition root: database, runtime, GPU source, reconciler — built once.
+
+Importing this module is cheap on purpose: `gpudock server` opens the database
+and the GPU source (`open_database`, `default_gpu_source`) and starts listening
+before the rest of the server is imported (`api/staged.py`); what
+`open_platform` builds is imported when it runs.
+"""
 
 from __future__ import annotations
 
@@ -13,18 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudock.db.engine import make_engine, make_read_sessionmaker, make_sessionmaker, migrate
-from gpudock.gpu.base import GpuSource
-from gpudock.reconcile.garbage import collect_garbage
-from gpudock.reconcile.loop import Reconciler
-from gpudock.runtime.base import Runtime
-from gpudock.services.accounts import users
-from gpudock.services.context import ServiceContext, utc_now
-from gpudock.services.fleet import inventory
-from gpudock.services.images import access as image_access
 from gpudock.settings import Settings
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from gpudock.api.app import Sidecar
+    from gpudock.gpu.base import GpuSource
+    from gpudock.reconcile.loop import Reconciler
+    from gpudock.runtime.base import Runtime
+    from gpudock.services.context import ServiceContext
 
 log = logging.getLogger(__name__)
 ADMIN_TOKEN_FILE = "admin.token"  # noqa: S105 (a file name)
@@ -40,6 +44,9 @@ class Platform:
     sidecars: list[Sidecar] = field(default_factory=list)
 
     def start(self) -> None:
+        from gpudock.reconcile.garbage import collect_garbage
+        from gpudock.services.images import access as image_access
+
         collect_garbage(self.ctx, at_startup=True)
         image_access.repair_legacy_rows(self.ctx)
         self.reconciler.start()
@@ -82,17 +89,30 @@ def default_runtime(settings: Settings) -> Runtime:
     )
 
 
-def open_platform(
-    settings: Settings,
-    *,
-    runtime: Runtime | None = None,
-    gpu_source: GpuSource | None = None,
-    clock: Callable[[], datetime] = utc_now,
-) -> Platform:
-    """Migrate the database, sync the GPU inventory, make sure an admin exists."""
+def open_database(settings: Settings) -> Engine:
+    """The data dir made and the database at the newest schema (migrated if not)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     engine = make_engine(settings.effective_database_url)
     migrate(engine)
+    return engine
+
+
+def open_platform(
+    settings: Settings,
+    *,
+    engine: Engine | None = None,
+    runtime: Runtime | None = None,
+    gpu_source: GpuSource | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> Platform:
+    """Migrate the database (unless `engine` is one `open_database` made), sync
+    the GPU inventory, make sure an admin exists."""
+    from gpudock.reconcile.loop import Reconciler
+    from gpudock.services.accounts import users
+    from gpudock.services.context import ServiceContext, utc_now
+    from gpudock.services.fleet import inventory
+
+    engine = engine if engine is not None else open_database(settings)
     source = gpu_source or default_gpu_source(settings)
     ctx = ServiceContext(
         settings=settings,
@@ -100,7 +120,7 @@ def open_platform(
         read_sessions=make_read_sessionmaker(engine),
         runtime=runtime or default_runtime(settings),
         gpu_source=source,
-        clock=clock,
+        clock=clock or utc_now,
         lease_owner=server_id(settings.data_dir),
     )
     ctx.cluster_id = inventory.ensure_cluster_id(ctx)

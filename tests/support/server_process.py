@@ -81,7 +81,7 @@ class ServerProcess:
             if self.process.poll() is not None:
                 raise AssertionError(f"server exited early:\n{self.log_path.read_text()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
@@ -62,7 +63,9 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if run_reconciler:
-            platform.start()
+            # Off the loop: the start-up garbage collection talks to the engine,
+            # and a staged server (api/staged.py) answers probes meanwhile.
+            await asyncio.to_thread(platform.start)
         bind = platform.ctx.settings.metrics_bind
         scrape_server = serve_on_own_address(platform.ctx, bind) if bind else None
         started = []  # sidecars (the SSH gateway) share this event loop
@@ -116,6 +119,11 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    def readyz() -> dict[str, str]:
+        """Served once the lifespan has started (api/staged.py answers before)."""
+        return {"status": "ready"}
 
     mount_console(app)  # the web console at /; the API stays under /api/v1
     app.add_middleware(ServiceProxy, ctx=platform.ctx)  # /i/… and service hosts, first

@@ -1,4 +1,5 @@
-"""The one HTTP client of the CLI, and the one error class every command raises.
+"""The one HTTP client of the CLI, and the one error class every command raises
+(defined in `cli/failures.py`, re-exported here).
 
     CliError                  printed in red on stderr, then exit `exit_code`
       (exit 1)                the server or the runtime said no, or cannot be reached
@@ -28,6 +29,9 @@ from pydantic import TypeAdapter, ValidationError
 from gpudock import __version__
 from gpudock.api.schemas import ErrorPublic
 from gpudock.cli.config import Config, ConfigError, load_config
+from gpudock.cli.failures import EXIT_ERROR as EXIT_ERROR
+from gpudock.cli.failures import EXIT_USAGE as EXIT_USAGE
+from gpudock.cli.failures import CliError as CliError
 
 API_PREFIX = "/api/v1"
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
@@ -35,8 +39,6 @@ LOGIN_HINT = (
     "log in with `gpudock login URL --token T`, or set GPUDOCK_TOKEN "
     "(the first admin's token is in the server's data dir, admin.token)"
 )
-EXIT_ERROR = 1
-EXIT_USAGE = 2
 
 Answer = TypeVar("Answer")
 Body = Mapping[str, object]
@@ -47,14 +49,6 @@ Query = Mapping[str, str] | None
 def quoted_path(*segments: str) -> str:
     """`/a/b/c` with each segment quoted, so that a name or id stays one segment."""
     return "".join("/" + quote(segment, safe="") for segment in segments)
-
-
-class CliError(Exception):
-    def __init__(self, message: str, *, exit_code: int = EXIT_ERROR, hint: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
-        self.hint = hint
 
 
 class NotFoundError(CliError):

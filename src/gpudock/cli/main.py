@@ -139,7 +139,7 @@ class CliGroup(TyperGroup):
             self.listing = False
 
     def invoke(self, ctx: Any) -> Any:
-        from gpudock.cli.client import CliError  # with httpx: only once a command runs
+        from gpudock.cli.failures import CliError
 
         try:
             return super().invoke(ctx)

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
-from sqlalchemy.orm import Session, sessionmaker
 
 from gpudock.errors import InvalidRequest
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 READ_ONLY_OPTION = "gpudock_read_only"
@@ -66,11 +66,17 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    # The ORM is imported here, not with the module: `gpudock server` opens the
+    # database with the core alone before it listens (api/staged.py).
+    from sqlalchemy.orm import sessionmaker
+
     return sessionmaker(engine, expire_on_commit=False)
 
 
 def make_read_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     """Sessions for queries only; on SQLite they do not queue behind writers."""
+    from sqlalchemy.orm import sessionmaker
+
     return sessionmaker(
         engine.execution_options(**{READ_ONLY_OPTION: True}), expire_on_commit=False
     )

@@ -13,10 +13,12 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from gpudock.cli import output
-from gpudock.cli.client import EXIT_ERROR, EXIT_USAGE, CliError
+from gpudock.cli.failures import EXIT_ERROR, EXIT_USAGE, CliError
 from gpudock.errors import GpudockError, RuntimeFailure
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from gpudock.platform import Platform
     from gpudock.settings import Settings
 
@@ -69,27 +71,59 @@ def serve(
 
 
 def _run(settings: Settings) -> None:
-    """Open the platform, serve its API (and the SSH gateway) until stopped, close it."""
+    """Open the database, listen, load the rest of the server while answering
+    probes (api/staged.py); serve until stopped, then close the platform."""
     import uvicorn
 
-    from gpudock.api.app import create_app
-    from gpudock.platform import open_platform
+    from gpudock.api.staged import StagedApp
+    from gpudock.platform import default_gpu_source, open_database
 
     try:
-        platform = open_platform(settings)
+        engine = open_database(settings)
+        gpu_source = default_gpu_source(settings)
     except GpudockError as exc:
-        code = EXIT_ERROR if isinstance(exc, RuntimeFailure) else EXIT_USAGE
-        raise CliError(f"cannot start the server: {exc.message}", exit_code=code) from exc
-    try:
+        raise _cannot_start(exc) from exc
+    opened: list[Platform] = []
+
+    def load() -> FastAPI:
+        from gpudock.api.app import create_app
+        from gpudock.platform import open_platform
+
+        platform = open_platform(settings, engine=engine, gpu_source=gpu_source)
+        opened.append(platform)
         if platform.admin_token_path is not None:
             output.print_note(
                 f"Created the first admin; its API token is in {platform.admin_token_path}"
             )
         _add_ssh_gateway(platform, settings)
-        app = create_app(platform)
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+        return create_app(platform)
+
+    staged = StagedApp(load, service_domain=settings.service_domain)
+    server = uvicorn.Server(
+        uvicorn.Config(staged, host=settings.host, port=settings.port, log_level="info")
+    )
+    staged.on_failure = lambda _exc: setattr(server, "should_exit", True)
+    try:
+        server.run()
     finally:
-        platform.close()
+        for platform in opened:
+            platform.close()
+        engine.dispose()
+    if staged.failure is not None:
+        raise _cannot_start(staged.failure) from staged.failure
+    if not server.started:
+        raise CliError(
+            f"cannot start the server: nothing listens on {settings.host}:{settings.port} "
+            "(uvicorn's error is above; is the port taken?)",
+            exit_code=EXIT_ERROR,
+        )
+
+
+def _cannot_start(exc: Exception) -> CliError:
+    if not isinstance(exc, GpudockError):
+        return CliError(f"cannot start the server: {exc}", exit_code=EXIT_ERROR)
+    code = EXIT_ERROR if isinstance(exc, RuntimeFailure) else EXIT_USAGE
+    return CliError(f"cannot start the server: {exc.message}", exit_code=code)
 
 
 def _add_ssh_gateway(platform: Platform, settings: Settings) -> None:

@@ -65,16 +65,21 @@ def resolve(
     May ask a registry: call it outside any transaction.
     """
     ref = parse(text, field)
-    with ctx.sessions() as session:
+    # Read-only sessions, and the engine asked between them: on SQLite a
+    # create's only write transaction is its own (services/instances/actions.py).
+    with ctx.reader() as session:
         entries = registered_entries(session, ref)
-        if any(not may_see(user, e) for e in entries):
-            raise unknown(text, field)
-        entry = entries[0] if entries else None
-        if ref.reserved and entry is None:
-            raise unknown(text, field)
-        # As written: the engine resolves a name, then an id prefix, as a create would.
-        info = ctx.runtime.image_info(ref.canonical if ref.is_id else text.strip())
-        if info is not None and not _allowed(ctx, session, user, info, entry, ref):
+    if any(not may_see(user, e) for e in entries):
+        raise unknown(text, field)
+    entry = entries[0] if entries else None
+    if ref.reserved and entry is None:
+        raise unknown(text, field)
+    # As written: the engine resolves a name, then an id prefix, as a create would.
+    info = ctx.runtime.image_info(ref.canonical if ref.is_id else text.strip())
+    if info is not None:
+        with ctx.reader() as session:
+            allowed = _allowed(ctx, session, user, info, entry, ref)
+        if not allowed:
             raise unknown(text, field)
     if info is None:
         _check_obtainable(ctx, ref, text, field, pull)

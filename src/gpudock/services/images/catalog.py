@@ -83,7 +83,7 @@ def _visible(session: Session, user: UserModel | None) -> list[ImageModel]:
 def list_images(ctx: ServiceContext, user: UserModel | None) -> list[ImageSpec]:
     """Built-in entries first, then registered ones this user may see; sizes
     filled in from the engine where it has the image."""
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         rows = [spec_of(r) for r in _visible(session, user)]
     found = builtin_images(ctx.settings.default_image) + rows
     return [_sized(ctx, s) for s in found]
@@ -105,7 +105,7 @@ def find_image(ctx: ServiceContext, user: UserModel | None, ref: str) -> ImageSp
     for spec in builtin_images(ctx.settings.default_image):
         if references.same_image_name(spec.reference, parsed.canonical):
             return spec
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         rows = image_access.registered_entries(session, parsed)
         if not rows:
             row = session.get(ImageModel, ref)
@@ -153,7 +153,7 @@ def runnable_hosts(ctx: ServiceContext, image: str, gpu_model: str | None) -> fr
     spec = find_image(ctx, None, image)
     if spec is None or gpu_model is None or spec.cuda is None:
         return None
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         target = next((t for t in targets(session) if t.model == gpu_model), None)
     if target is None:
         return None
@@ -172,7 +172,7 @@ def preflight(
     spec = find_image(ctx, user, image)
     if spec is None or gpu_model is None:
         return None
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         fleet = targets(session)
     target = next((t for t in fleet if t.model == gpu_model), None)
     if target is None:
@@ -211,7 +211,7 @@ def preflight(
 
 def preflight_start(ctx: ServiceContext, user: UserModel, ref: str) -> str | None:
     """Pre-flight for start: the instance's current image on its GPU model."""
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         row = session.scalars(
             select(InstanceModel).where(
                 or_(
@@ -400,7 +400,7 @@ def compatibility_table(
 ) -> dict[str, dict[str, str]]:
     """reference → {GPU model → 'ok', 'unknown: <what was not checked>', or the
     reason it cannot run}."""
-    with ctx.sessions() as session:
+    with ctx.reader() as session:
         fleet = targets(session)
     table: dict[str, dict[str, str]] = {}
     for spec in specs:

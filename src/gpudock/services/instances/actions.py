@@ -99,9 +99,9 @@ def create_instance(
     _check_name(name)
     now = ctx.clock()
     policy = auto_stop.check_policy(ctx, request.auto_stop or AutoStopPolicy(), now)
+    size = _size(ctx, request)
     try:
         with ctx.sessions.begin() as session:
-            size = sizing.resolve_size(session, ctx.settings, request, _cpu_ceiling(ctx, session))
             _check_name_free(session, user, name)
             priced = _Priced(request.gpu_model, request.gpu_count, size.gpu_share_milli)
             billing.check_funds(session, ctx.settings, user.id, priced, now)
@@ -160,12 +160,21 @@ def _encode_env(env: dict[str, str]) -> str:
     return json.dumps(env, sort_keys=True)
 
 
-def _cpu_ceiling(ctx: ServiceContext, session: Session) -> float | None:
+def _size(ctx: ServiceContext, request: InstanceRequest) -> sizing.Size:
+    """The request's sizes, read before the create's transaction: hosts and their
+    GPUs are the fleet's configuration, and on SQLite every read inside a write
+    transaction holds the one write lock (a create takes exactly one)."""
+    with ctx.reader() as session:
+        simulated = sizing.simulated_fleet(session)
+    ceiling = _cpu_ceiling(ctx) if simulated else None  # an engine call: no session open
+    with ctx.reader() as session:
+        return sizing.resolve_size(session, ctx.settings, request, ceiling)
+
+
+def _cpu_ceiling(ctx: ServiceContext) -> float | None:
     """A simulated fleet runs every container on this one engine, which gives none
     more CPUs than it has (the Docker adapter holds `nano_cpus` to that): the
     instance records that limit, not the simulated host's share."""
-    if not sizing.simulated_fleet(session):
-        return None
     try:
         return float(ctx.runtime.engine_info().cpus)
     except GpudockError:
