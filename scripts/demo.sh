@@ -11,13 +11,13 @@ ssh_port=${GPUDOCK_DEMO_SSH_PORT:-2222}
 export GPUDOCK_URL="http://127.0.0.1:$port"
 mkdir -p "$data" && chmod 700 "$data"
 
-if ! curl -fsS "$GPUDOCK_URL/healthz" >/dev/null 2>&1; then
+if ! curl -fsS "$GPUDOCK_URL/readyz" >/dev/null 2>&1; then
     echo "==> starting gpudock server on $GPUDOCK_URL (log: $data/server.log)"
     (setsid .venv/bin/gpudock server --data-dir "$data" --port "$port" --ssh-port "$ssh_port" \
         --simulate 2x8xA100-80GB,1x4xRTX4090-24GB >>"$data/server.log" 2>&1 &)
-    for _ in $(seq 1 120); do curl -fsS "$GPUDOCK_URL/healthz" >/dev/null 2>&1 && break; sleep 0.5; done
+    for _ in $(seq 1 120); do curl -fsS "$GPUDOCK_URL/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
 fi
-curl -fsS "$GPUDOCK_URL/healthz" >/dev/null || { tail -30 "$data/server.log"; exit 1; }
+curl -fsS "$GPUDOCK_URL/readyz" >/dev/null || { tail -30 "$data/server.log"; exit 1; }
 
 if [ ! -s "$data/demo.token" ]; then
     GPUDOCK_TOKEN=$(cat "$data/admin.token") .venv/bin/gpudock users create demo --json \
