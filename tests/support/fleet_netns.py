@@ -4,13 +4,14 @@
     bridge gdf<tag>  10.213.S.1/24 ──veth──────▶ eth0 10.213.S.1x/24, dockerd, agent
                                    ──veth──────▶ gpudock-fleet-<tag>-nat   eth0 10.213.S.2/24
                                                    MASQUERADE out of eth0
-                                                   lan0 192.168.213.1/24 ──veth──▶ NATed host
-                                                                          eth0 192.168.213.2/24
+                                                   lan0 10.214.S.1/24 ──veth──▶ NATed host
+                                                                        eth0 10.214.S.2/24
 
-The server's side has no route to 192.168.213.0/24, so nothing can dial the
-NATed host: it is reached only over a connection it opened, as behind a home
-or campus router. Addresses are private ones made on these veths; nothing has
-a route off the machine.
+The server's side has an `unreachable` route for 10.214.S.0/24 (without it the
+machine's default route would carry such packets off the machine), so nothing
+can dial the NATed host: it is reached only over a connection it opened, as
+behind a home or campus router. Addresses are private ones made on these
+veths, and every packet between them stays on the machine.
 
 Facts this relies on (probed): `ip netns exec` remounts /sys, and a dockerd
 started under it fails ("Devices cgroup isn't mounted"), so dockerd is started
@@ -47,7 +48,6 @@ from gpudock.images.base_image import BASE_IMAGE
 
 LEDGER_DIR = Path("/run/gpudock-fleet")
 NETNS_PREFIX = "gpudock-fleet-"
-NAT_LAN = "192.168.213"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -117,6 +117,11 @@ class NetnsFleet:
         return f"{self.subnet}.1"
 
     @property
+    def nat_lan(self) -> str:
+        """The NATed host's network, "10.214.S": unreachable from the server's side."""
+        return self.subnet.replace("10.213.", "10.214.", 1)
+
+    @property
     def nat_netns(self) -> str:
         return f"{NETNS_PREFIX}{self.tag}-nat"
 
@@ -178,6 +183,8 @@ def leftovers(fleet: NetnsFleet) -> list[str]:
     found += [
         f"link {line.split(':')[1].strip()}" for line in links.splitlines() if f"gdf{tag}" in line
     ]
+    routes = _run(["ip", "-4", "route", "show"], capture=True)
+    found += [f"route {line}" for line in routes.splitlines() if f"{fleet.nat_lan}." in line]
     mounts = Path("/proc/mounts").read_text()
     found += [
         f"mount {line.split()[1]}"
@@ -199,7 +206,7 @@ def teardown(fleet: NetnsFleet) -> None:
             _kill_unless_dockerd(pid)
     with ThreadPoolExecutor(max(1, len(fleet.hosts))) as pool:
         list(pool.map(_stop_engine, fleet.hosts.values()))
-    _remove_namespaces_and_links(fleet.tag)
+    _remove_namespaces_and_links(fleet.tag, fleet.nat_lan)
     shutil.rmtree(fleet.workdir / "fleet", ignore_errors=True)
     (LEDGER_DIR / f"{fleet.tag}.json").unlink(missing_ok=True)
 
@@ -230,11 +237,14 @@ def sweep_leftovers() -> None:
 
 def _new_fleet(workdir: Path) -> NetnsFleet:
     used = _run(["ip", "-4", "-o", "addr", "show"], capture=True)
+    routes = _run(["ip", "-4", "route", "show"], capture=True)
     for _ in range(100):
         tag = f"{random.randrange(16**4):04x}"
         octet = random.randrange(1, 255)
-        if f"10.213.{octet}." not in used and not any(
-            ns.startswith(f"{NETNS_PREFIX}{tag}-") for ns in _netns_names()
+        if (
+            f"10.213.{octet}." not in used
+            and f"10.214.{octet}." not in routes
+            and not any(ns.startswith(f"{NETNS_PREFIX}{tag}-") for ns in _netns_names())
         ):
             (workdir / "fleet").mkdir(parents=True, exist_ok=True)
             return NetnsFleet(tag=tag, subnet=f"10.213.{octet}", workdir=workdir)
@@ -259,8 +269,10 @@ def _make_bridge(fleet: NetnsFleet) -> None:
     _run(["ip", "link", "set", fleet.bridge, "up"])
 
 
-def _namespace(fleet: NetnsFleet, name: str, uplink: str, address: str, gateway: str) -> str:
-    """A namespace whose eth0 is the far end of `uplink` (a veth on the bridge)."""
+def _namespace(fleet: NetnsFleet, name: str, uplink: str, address: str) -> str:
+    """A namespace whose eth0 is the far end of `uplink` (a veth on the bridge). No
+    default route: the bridge's subnet is all it reaches, so nothing it sends can be
+    forwarded off the machine by the server's side."""
     netns = f"{NETNS_PREFIX}{fleet.tag}-{name}"
     _run(["ip", "netns", "add", netns])
     _run(["ip", "link", "add", uplink, "type", "veth", "peer", "name", f"{uplink}p"])
@@ -269,38 +281,38 @@ def _namespace(fleet: NetnsFleet, name: str, uplink: str, address: str, gateway:
     _run(["ip", "-n", netns, "addr", "add", f"{address}/24", "dev", "eth0"])
     for device in ("lo", "eth0"):
         _run(["ip", "-n", netns, "link", "set", device, "up"])
-    _run(["ip", "-n", netns, "route", "add", "default", "via", gateway])
     return netns
 
 
 def _direct_host(fleet: NetnsFleet, index: int, name: str) -> TestHost:
     uplink = f"gdf{fleet.tag}{index}"
     address = f"{fleet.subnet}.{11 + index}"
-    netns = _namespace(fleet, name, uplink, address, fleet.server_address)
+    netns = _namespace(fleet, name, uplink, address)
     _run(["ip", "link", "set", uplink, "master", fleet.bridge, "up"])
     return _host(fleet, name, netns, address, nat=False)
 
 
 def _natted_host(fleet: NetnsFleet, name: str) -> TestHost:
     uplink = f"gdf{fleet.tag}n"
-    router = _namespace(fleet, "nat", uplink, f"{fleet.subnet}.2", fleet.server_address)
+    router = _namespace(fleet, "nat", uplink, f"{fleet.subnet}.2")
     _run(["ip", "link", "set", uplink, "master", fleet.bridge, "up"])
     _run(["nsenter", f"--net=/run/netns/{router}", "sysctl", "-qw", "net.ipv4.ip_forward=1"])
     nat = ["nsenter", f"--net=/run/netns/{router}", "iptables", "-t", "nat"]
     _run([*nat, "-A", "POSTROUTING", "-o", "eth0", "-j", "MASQUERADE"])
     netns = f"{NETNS_PREFIX}{fleet.tag}-{name}"
-    lan = f"gdf{fleet.tag}l"
+    lan, lan_net = f"gdf{fleet.tag}l", fleet.nat_lan
+    _run(["ip", "route", "add", "unreachable", f"{lan_net}.0/24"])
     _run(["ip", "netns", "add", netns])
     _run(["ip", "-n", router, "link", "add", "lan0", "type", "veth", "peer", "name", lan])
     _run(["ip", "-n", router, "link", "set", lan, "netns", netns])
-    _run(["ip", "-n", router, "addr", "add", f"{NAT_LAN}.1/24", "dev", "lan0"])
+    _run(["ip", "-n", router, "addr", "add", f"{lan_net}.1/24", "dev", "lan0"])
     _run(["ip", "-n", router, "link", "set", "lan0", "up"])
     _run(["ip", "-n", netns, "link", "set", lan, "name", "eth0"])
-    _run(["ip", "-n", netns, "addr", "add", f"{NAT_LAN}.2/24", "dev", "eth0"])
+    _run(["ip", "-n", netns, "addr", "add", f"{lan_net}.2/24", "dev", "eth0"])
     for device in ("lo", "eth0"):
         _run(["ip", "-n", netns, "link", "set", device, "up"])
-    _run(["ip", "-n", netns, "route", "add", "default", "via", f"{NAT_LAN}.1"])
-    return _host(fleet, name, netns, f"{NAT_LAN}.2", nat=True)
+    _run(["ip", "-n", netns, "route", "add", "default", "via", f"{lan_net}.1"])
+    return _host(fleet, name, netns, f"{lan_net}.2", nat=True)
 
 
 def _host(fleet: NetnsFleet, name: str, netns: str, address: str, *, nat: bool) -> TestHost:
@@ -360,7 +372,8 @@ def _stop_engine(host: TestHost) -> None:
         _remove_cgroup(cgroup)
 
 
-def _remove_namespaces_and_links(tag: str) -> None:
+def _remove_namespaces_and_links(tag: str, nat_lan: str) -> None:
+    _run(["ip", "route", "del", "unreachable", f"{nat_lan}.0/24"], check=False)
     for netns in _netns_names():
         if netns.startswith(f"{NETNS_PREFIX}{tag}-"):
             _run(["ip", "netns", "del", netns], check=False)

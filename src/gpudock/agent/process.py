@@ -44,6 +44,7 @@ def run(state_dir: Path, docker_host: str) -> None:
 def _serve(agent: Agent) -> None:
     """Run the link until SIGTERM or SIGINT (returns) or a refusal (`AgentStopped`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gpudock-agent %(message)s")
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)  # a line per packet kind at INFO
 
     async def until_signalled() -> None:
         loop = asyncio.get_running_loop()
