@@ -40,6 +40,18 @@ def _host(platform: Platform, name: str) -> AgentHost:
     return hosts.get_host(platform.ctx, name)
 
 
+def _linked(rig: LinkRig, platform: Platform, agent: str, host: str) -> None:
+    """The server shows the link up and the agent has saved its welcome (the server
+    records the enrollment just before it sends the welcome)."""
+    wait_for(
+        lambda: (
+            _host(platform, host).link_state is LinkState.UP
+            and (rig.state_dir(agent) / "server.json").exists()
+        ),
+        f"agent {agent} linked as {host}",
+    )
+
+
 def _refusal(running: Future[None]) -> str:
     """The message the agent stopped with (it must stop: retrying cannot help)."""
     with pytest.raises(AgentStopped) as stopped:
@@ -104,7 +116,7 @@ def test_removing_a_host_disconnects_its_agent_and_refuses_it_after(
 ) -> None:
     url, token = join_parts(hosts.add_host(platform.ctx, "box-1").join_command)
     running = rig.join("a", url, token)
-    wait_for(lambda: _host(platform, "box-1").link_state is LinkState.UP, "a link up")
+    _linked(rig, platform, "a", "box-1")
     host_id = _host(platform, "box-1").id
     hosts.remove_host(platform.ctx, "box-1")
     assert "host 'box-1' was removed" in _refusal(running)
@@ -117,7 +129,7 @@ def test_a_stopped_agent_is_seen_down_and_reconnects_when_run_again(
 ) -> None:
     url, token = join_parts(hosts.add_host(platform.ctx, "box-1").join_command)
     rig.join("a", url, token)
-    wait_for(lambda: _host(platform, "box-1").link_state is LinkState.UP, "a link up")
+    _linked(rig, platform, "a", "box-1")
     rig.halt("a")
     wait_for(lambda: _host(platform, "box-1").link_state is LinkState.DOWN, "the link down")
     rig.rerun("a")

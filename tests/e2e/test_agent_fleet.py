@@ -70,6 +70,11 @@ class Cluster:
         command += ["--docker-host", host.docker_url]
         return host.popen(command, self.workdir / f"agent-{host.name}{tag}.log", env)
 
+    def saved(self, host: TestHost, tag: str = "") -> None:
+        """Wait for the agent to save its welcome (just after the server shows it up)."""
+        state = self.workdir / f"state-{host.name}{tag}" / "server.json"
+        wait_for(state.exists, f"the agent on {host.name} to save its enrollment")
+
     def log(self, host: TestHost, tag: str = "") -> str:
         return (self.workdir / f"agent-{host.name}{tag}.log").read_text()
 
@@ -160,6 +165,7 @@ def test_sigkill_of_an_agent_is_seen_down_and_a_rerun_relinks(cluster: Cluster) 
     host = cluster.fleet.hosts["b"]
     agent = cluster.agent(host, "join", *cluster.add("b2")[3:5], tag="-2")
     before = _link(cluster, "b2", "up")
+    cluster.saved(host, "-2")
     agent.send_signal(signal.SIGKILL)
     agent.wait(timeout=30)
     down = _link(cluster, "b2", "down")
@@ -184,6 +190,7 @@ def test_removing_a_host_disconnects_its_agent_and_refuses_it(cluster: Cluster) 
     host = cluster.fleet.hosts["n"]
     agent = cluster.agent(host, "join", *cluster.add("n2")[3:5], tag="-rm")
     _link(cluster, "n2", "up")
+    cluster.saved(host, "-rm")
     removed = cluster.cli("hosts", "remove", "n2")
     assert removed.returncode == 0, removed.stderr
     assert agent.wait(timeout=60) == 1

@@ -358,14 +358,20 @@ def _start_engine(host: TestHost, tarball: Path) -> None:
 
 
 def _stop_engine(host: TestHost) -> None:
+    emptied = False
     with contextlib.suppress(docker.errors.DockerException):
         for container in host.engine().containers.list(all=True):
             container.remove(force=True)
+        emptied = True
+    # With no container left there is nothing a clean shutdown would undo (its data
+    # root goes next), and dockerd's takes seconds on a loaded machine.
+    stop = signal.SIGKILL if emptied else signal.SIGTERM
     pid = host.dockerd.pid if host.dockerd is not None else _read_pid(host.exec_root / "d.pid")
+    containerds = _containerd_pids(host.exec_root)
     if pid is not None:
-        _terminate(pid)
-    for containerd in _containerd_pids(host.exec_root):
-        _terminate(containerd)
+        _terminate(pid, stop)
+    for containerd in containerds | _containerd_pids(host.exec_root):
+        _terminate(containerd, stop)
     _unmount_under(host.exec_root, host.workdir)
     shutil.rmtree(host.exec_root, ignore_errors=True)
     for cgroup in CGROUP_ROOT.glob(f"*{host.cgroup_parent}"):
@@ -384,9 +390,9 @@ def _remove_namespaces_and_links(tag: str, nat_lan: str) -> None:
             _run(["ip", "link", "del", name], check=False)
 
 
-def _terminate(pid: int) -> None:
+def _terminate(pid: int, first: signal.Signals = signal.SIGTERM) -> None:
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, first)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -65,8 +65,12 @@ class _Pin:
 
 
 class _AgentSshServer(asyncssh.SSHServer):
-    def __init__(self, pin: _Pin) -> None:
+    def __init__(self, pin: _Pin, outcome: _Outcome) -> None:
         self._pin = pin
+        self._outcome = outcome
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self._outcome.conn = conn  # so that a stop during the handshake closes it too
 
     def begin_auth(self, username: str) -> bool:
         return True  # no one is let in without proving the pinned key
@@ -118,7 +122,7 @@ class Agent:
             conn = await asyncssh.connect_reverse(
                 self.link.host,
                 self.link.port,
-                server_factory=lambda: _AgentSshServer(self.pin),
+                server_factory=lambda: _AgentSshServer(self.pin, outcome),
                 server_host_keys=[agent_key(self.state_dir)],
                 process_factory=lambda process: self._converse(process, outcome),
                 encoding=None,
@@ -133,15 +137,15 @@ class Agent:
                 keepalive_interval=LOGIN_TIMEOUT_S,
                 keepalive_count_max=3,
             )
+            with contextlib.suppress(asyncssh.Error, OSError):
+                await conn.wait_closed()
         except (OSError, asyncssh.Error) as exc:
             self._check_pin()
             log.warning("cannot reach the server at %s: %s", self.link, exc)
             return False
-        try:
-            with contextlib.suppress(asyncssh.Error, OSError):
-                await conn.wait_closed()
         finally:
-            conn.close()  # stopped (SIGTERM): the server sees the link go at once
+            if outcome.conn is not None:  # stopped (SIGTERM): the server sees the link go now
+                outcome.conn.close()
         self._check_pin()
         if outcome.refused is not None:
             raise AgentStopped(f"the server refused this agent: {outcome.refused}")
@@ -221,3 +225,4 @@ class Agent:
 class _Outcome:
     welcomed: bool = False
     refused: str | None = None
+    conn: asyncssh.SSHServerConnection | None = None

@@ -139,7 +139,7 @@ class AgentGateway:
             conn.close()
             if host is not None and self._links.get(host.id) is conn:
                 del self._links[host.id]
-                await self.call(links.record_link_down, self.ctx, host.id)
+                await self.call(links.record_link_down, self.ctx, host.id, host.link_changed_at)
                 log.info("agent link of host %s is down", host.name)
 
     async def _welcome(
@@ -194,9 +194,8 @@ class AgentGateway:
         if known is None and hello.join is not None:
             return enrollment.redeem(self.ctx, hello.join, agent_key, hello.report, peer)
         host = links.require_enrolled(self.ctx, agent_key)
-        if not links.record_link_up(self.ctx, host.id, hello.report, peer):
-            host = links.require_enrolled(self.ctx, agent_key)  # removed meanwhile: raises
-        return host
+        linked = links.record_link_up(self.ctx, host.id, hello.report, peer)
+        return linked or links.require_enrolled(self.ctx, agent_key)  # removed meanwhile: raises
 
     async def _heartbeats(
         self,

@@ -6,6 +6,8 @@ Every function is one short transaction, called off the event loop.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import select
 
 from gpudock.db.models import AgentHostModel, LinkState
@@ -41,17 +43,20 @@ def require_enrolled(ctx: ServiceContext, agent_key: str) -> AgentHost:
     return host
 
 
-def record_link_up(ctx: ServiceContext, host_id: str, report: HostReport, peer: str) -> bool:
-    """The agent connected and said hello; False: the host is gone meanwhile."""
+def record_link_up(
+    ctx: ServiceContext, host_id: str, report: HostReport, peer: str
+) -> AgentHost | None:
+    """The agent connected and said hello; None: the host is gone meanwhile."""
     now = ctx.clock()
     with ctx.sessions.begin() as session:
         row = session.get(AgentHostModel, host_id)
         if row is None:
-            return False
+            return None
         record_report(row, report)
         row.link_state, row.link_changed_at, row.link_peer = LinkState.UP, now, peer
         row.last_heartbeat_at = now
-        return True
+        session.flush()
+        return AgentHost.of(row)
 
 
 def record_heartbeat(ctx: ServiceContext, host_id: str, report: HostReport) -> bool:
@@ -67,8 +72,14 @@ def record_heartbeat(ctx: ServiceContext, host_id: str, report: HostReport) -> b
         return True
 
 
-def record_link_down(ctx: ServiceContext, host_id: str) -> None:
+def record_link_down(ctx: ServiceContext, host_id: str, up_since: datetime | None) -> None:
+    """The link that came up at `up_since` ended. A newer link of the same agent (it
+    redialled before this one was seen gone) wrote a later time: it stays up."""
     with ctx.sessions.begin() as session:
         row = session.get(AgentHostModel, host_id)
-        if row is not None and row.link_state is LinkState.UP:
-            row.link_state, row.link_changed_at = LinkState.DOWN, ctx.clock()
+        if row is None or row.link_state is not LinkState.UP:
+            return
+        newer = up_since is not None and row.link_changed_at is not None
+        if newer and row.link_changed_at > up_since:  # type: ignore[operator]
+            return
+        row.link_state, row.link_changed_at = LinkState.DOWN, ctx.clock()
