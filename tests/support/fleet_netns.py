@@ -121,10 +121,6 @@ class NetnsFleet:
         """The NATed host's network, "10.214.S": unreachable from the server's side."""
         return self.subnet.replace("10.213.", "10.214.", 1)
 
-    @property
-    def nat_netns(self) -> str:
-        return f"{NETNS_PREFIX}{self.tag}-nat"
-
     def cut(self, name: str) -> None:
         """Take the host's link down (its processes keep running): a pulled cable."""
         _run(["ip", "link", "set", self._uplink(name), "down"])

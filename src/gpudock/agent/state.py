@@ -23,7 +23,6 @@ from gpudock.link import keys
 
 KEY_FILE = "agent_ed25519_key"
 SERVER_FILE = "server.json"
-DEFAULT_STATE_DIR = Path("/var/lib/gpudock-agent")
 _LINK_URL = re.compile(r"ssh://(?P<host>\[[0-9A-Fa-f:]+\]|[A-Za-z0-9.\-]+):(?P<port>[0-9]{1,5})/?")
 
 
