@@ -12,6 +12,7 @@ with_tests=0
 packages=(docker.io debootstrap ca-certificates curl openssh-client)  # ssh, ssh-keygen: the demo's key
 packages+=(xfsprogs iptables)  # an XFS data root with quotas (system-disk sizes); the host firewall
 [ $with_tests = 1 ] && packages+=(postgresql openssh-client rsync btrfs-progs)  # rsync: SSH tests; btrfs: a capped engine
+[ $with_tests = 1 ] && packages+=(iproute2 util-linux)  # ip, nsenter: the agent tests' hosts as network namespaces
 # The console's browser tests drive Debian's Chromium through Playwright (never `playwright install`).
 [ $with_tests = 1 ] && packages+=(chromium fonts-noto-cjk)
 python3 -c 'import venv, ensurepip' 2>/dev/null || packages+=(python3-venv)

@@ -257,6 +257,36 @@ class Settings(BaseSettings):
         "'allow' lets them log in (their owners are told to prove them), 'refuse' ends that.",
     )
 
+    # -- agents on other hosts, and the link they dial -----------
+    agent_link_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port the agents of other hosts dial (0: any free port); unset: this "
+        "server takes no agents and drives only its own engine.",
+    )
+    agent_link_host: str = Field(
+        default="127.0.0.1", description="Address the agent link listens on."
+    )
+    agent_link_public_address: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$",
+        description="HOST:PORT agents dial, printed in join commands; default: the link's "
+        "host and port.",
+    )
+    agent_join_token_ttl_s: float = Field(
+        default=3600.0, gt=0, description="How long a `gpudock hosts add` join token is good."
+    )
+    agent_heartbeat_s: float = Field(
+        default=5.0, gt=0, le=300, description="How often agents report (told at each hello)."
+    )
+    agent_link_timeout_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="Time a new link has to authenticate and say hello; also the keepalive "
+        "interval, three of which unanswered drop the link.",
+    )
+
     # -- rate limits: "N/second;M/minute" (the `limits` notation) --
     rate_limits_enabled: bool = Field(
         default=True, description="Answer 429 (API) or close the connection (SSH) past a limit."

@@ -15,6 +15,7 @@ from gpudock.api.errors import error_responses, install_error_handlers
 from gpudock.api.prometheus import serve_on_own_address
 from gpudock.api.ratelimit import HttpGates, RateLimitMiddleware
 from gpudock.api.routers import (
+    agent_hosts,
     billing,
     gpus,
     health,
@@ -109,6 +110,7 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
         health.router,
         notifications.router,
         metrics.router,
+        agent_hosts.router,
     )
     for router in routers:
         api.include_router(router)

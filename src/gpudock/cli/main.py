@@ -46,7 +46,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "free for shares, the largest share one GPU takes now), price.",
     ),
     "hosts": LazyCommand(
-        "gpus", "list_hosts", "Hosts and their GPUs, with the instance holding each GPU (admin)."
+        "hosts",
+        "app",
+        "Hosts and their GPUs, with the instance holding each GPU; add|list|drain|remove "
+        "hosts with agents (admin).",
     ),
     "ssh": LazyCommand(
         "ssh", "ssh", "Open a shell (or run CMD) in an instance through the SSH gateway."
@@ -81,6 +84,9 @@ COMMANDS: dict[str, LazyCommand] = {
     "admin": LazyCommand("billing", "admin_app", "Administration: prices and top-ups (admin)."),
     "env": LazyCommand(
         "doctor", "env_app", "Reproduce this environment, or check a machine meets needs."
+    ),
+    "agent": LazyCommand(
+        "agent", "app", "Run on each GPU host: enroll with a server (join), keep its link (run)."
     ),
     "scheduler": LazyCommand(
         "scheduler", "app", "Run the placement core locally: trace replays and evaluator plug-in."

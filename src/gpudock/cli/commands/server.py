@@ -96,6 +96,7 @@ def _run(settings: Settings) -> None:
                 f"Created the first admin; its API token is in {platform.admin_token_path}"
             )
         _add_ssh_gateway(platform, settings)
+        _add_agent_gateway(platform, settings)
         return create_app(platform)
 
     staged = StagedApp(load, service_domain=settings.service_domain)
@@ -136,6 +137,19 @@ def _add_ssh_gateway(platform: Platform, settings: Settings) -> None:
     output.print_note(
         f"SSH gateway on {settings.ssh_host}:{settings.ssh_port} "
         "(`gpudock instances show NAME` prints each instance's ssh command)"
+    )
+
+
+def _add_agent_gateway(platform: Platform, settings: Settings) -> None:
+    """Agents of other hosts dial in here, when the operator opened a port for them."""
+    if settings.agent_link_port is None:
+        return
+    from gpudock.agentgw.gateway import AgentGateway
+
+    platform.sidecars.append(AgentGateway(platform.ctx))
+    output.print_note(
+        f"Agent link on {settings.agent_link_host}:{settings.agent_link_port} "
+        "(`gpudock hosts add NAME` prints a host's join command)"
     )
 
 

@@ -16,6 +16,12 @@ from gpudock.db.models.accounts import (
     UserState,
     WebSessionModel,
 )
+from gpudock.db.models.agents import (
+    AgentHostModel,
+    AgentHostState,
+    JoinTokenModel,
+    LinkState,
+)
 from gpudock.db.models.base import Base, MetaModel, UTCDateTime
 from gpudock.db.models.billing import (
     BillingAccountModel,
@@ -60,6 +66,8 @@ from gpudock.db.models.ssh import (
 )
 
 __all__ = [
+    "AgentHostModel",
+    "AgentHostState",
     "ApiTokenModel",
     "AutoStopModel",
     "Base",
@@ -84,6 +92,8 @@ __all__ = [
     "InstanceSampleModel",
     "InstanceServiceModel",
     "InstanceStatus",
+    "JoinTokenModel",
+    "LinkState",
     "MetaModel",
     "MigrationModel",
     "NotificationDeliveryModel",

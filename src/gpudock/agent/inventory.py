@@ -1,0 +1,39 @@
+"""What the agent reports of its host: GPUs (through NVML), its engine, its version.
+
+A part that cannot be read is reported as a problem, never as an empty host
+that looks healthy: the server shows the problem beside the host.
+"""
+
+from __future__ import annotations
+
+from gpudock import __version__
+from gpudock.errors import GpudockError
+from gpudock.gpu.base import GpuSource
+from gpudock.link.wire import GpuReport, HostReport
+from gpudock.runtime.base import Runtime
+
+
+class HostInventory:
+    def __init__(self, gpu_source: GpuSource, runtime: Runtime) -> None:
+        self._gpus = gpu_source
+        self._runtime = runtime
+
+    def report(self) -> HostReport:
+        """Blocking (NVML and the engine are asked): call it off the event loop."""
+        report = HostReport(agent_version=__version__)
+        try:
+            report.engine_version = self._runtime.engine_info().server_version
+        except GpudockError as exc:
+            report.problems.append(f"Docker Engine: {exc.message}")
+        try:
+            hosts = self._gpus.discover()
+        except GpudockError as exc:
+            report.problems.append(f"GPUs: {exc.message}")
+            return report
+        for host in hosts:
+            report.driver_version = host.driver_version
+            report.gpus += [
+                GpuReport(uuid=gpu.uuid, index=gpu.index, model=gpu.model, memory_mb=gpu.memory_mb)
+                for gpu in host.gpus
+            ]
+        return report

@@ -1,0 +1,1 @@
+"""The server's end of the agent link: where the agents of other hosts dial in."""

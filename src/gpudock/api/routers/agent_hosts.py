@@ -1,0 +1,84 @@
+"""Hosts with a gpudock agent (admin): add (with its join command), list, drain, remove."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from gpudock.api.deps import AdminUser, Context
+from gpudock.api.errors import error_responses
+from gpudock.api.host_schemas import (
+    AgentGpuPublic,
+    AgentHostCreateRequest,
+    AgentHostInvitationPublic,
+    AgentHostPublic,
+)
+from gpudock.services.agents import hosts
+from gpudock.services.agents.hosts import AgentHost
+
+router = APIRouter(prefix="/agent-hosts", tags=["hosts"])
+
+
+def _public(host: AgentHost) -> AgentHostPublic:
+    return AgentHostPublic(
+        name=host.name,
+        state=host.state.value,
+        link_state=host.link_state.value,
+        link_changed_at=host.link_changed_at,
+        link_peer=host.link_peer,
+        last_heartbeat_at=host.last_heartbeat_at,
+        agent_version=host.agent_version,
+        engine_version=host.engine_version,
+        driver_version=host.driver_version,
+        gpus=[AgentGpuPublic(**gpu.model_dump()) for gpu in host.gpus],
+        created_at=host.created_at,
+        enrolled_at=host.enrolled_at,
+    )
+
+
+@router.post(
+    "",
+    response_model=AgentHostInvitationPublic,
+    status_code=201,
+    responses=error_responses(409),
+)
+def add_host(
+    ctx: Context, _admin: AdminUser, body: AgentHostCreateRequest
+) -> AgentHostInvitationPublic:
+    """Add a host and get the one-time command that enrolls its agent. Adding a host
+    that has no agent yet again gives a new command and voids the earlier one."""
+    invitation = hosts.add_host(ctx, body.name)
+    return AgentHostInvitationPublic(
+        host=_public(invitation.host),
+        join_command=invitation.join_command,
+        expires_at=invitation.expires_at,
+    )
+
+
+@router.get("", response_model=list[AgentHostPublic])
+def list_hosts(ctx: Context, _admin: AdminUser) -> list[AgentHostPublic]:
+    """Every added host: its agent, link, last heartbeat and GPUs."""
+    return [_public(host) for host in hosts.list_hosts(ctx)]
+
+
+@router.get("/{name}", response_model=AgentHostPublic, responses=error_responses(404))
+def get_host(ctx: Context, _admin: AdminUser, name: str) -> AgentHostPublic:
+    return _public(hosts.get_host(ctx, name))
+
+
+@router.post("/{name}/drain", response_model=AgentHostPublic, responses=error_responses(404, 409))
+def drain_host(ctx: Context, _admin: AdminUser, name: str) -> AgentHostPublic:
+    """The host keeps its instances and takes no new ones."""
+    return _public(hosts.drain_host(ctx, name))
+
+
+@router.post("/{name}/undrain", response_model=AgentHostPublic, responses=error_responses(404, 409))
+def undrain_host(ctx: Context, _admin: AdminUser, name: str) -> AgentHostPublic:
+    """The host takes new instances again."""
+    return _public(hosts.drain_host(ctx, name, draining=False))
+
+
+@router.delete("/{name}", response_model=AgentHostPublic, responses=error_responses(404))
+def remove_host(ctx: Context, _admin: AdminUser, name: str) -> AgentHostPublic:
+    """Forget the host and revoke its agent: its key is refused from now on and
+    its live link closes at its next heartbeat."""
+    return _public(hosts.remove_host(ctx, name))

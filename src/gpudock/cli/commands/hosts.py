@@ -1,0 +1,95 @@
+"""`gpudock hosts`: where the GPUs are (bare); hosts with agents (add|list|drain|remove)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from gpudock.api.host_schemas import AgentHostInvitationPublic, AgentHostPublic
+from gpudock.cli import output
+from gpudock.cli.client import connect
+from gpudock.cli.commands import gpus
+from gpudock.cli.commands.listing import show_collection
+from gpudock.cli.commands.options import JsonFlag
+
+app = typer.Typer(
+    help="Hosts and their GPUs, with the instance holding each GPU; add|list|drain|remove "
+    "hosts with agents (admin).",
+    invoke_without_command=True,
+)
+COLUMNS = ("NAME", "STATE", "LINK", "LAST HEARTBEAT", "AGENT", "ENGINE", "GPUS")
+LINK_STYLES = {"up": "green", "down": "red", "none": "dim"}
+HostName = Annotated[str, typer.Argument(help="The host's name, as `gpudock hosts add` took it.")]
+
+
+@app.callback()
+def inventory(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """Hosts and their GPUs, with the instance holding each GPU; add|list|drain|remove
+    hosts with agents (admin)."""
+    if ctx.invoked_subcommand is None:
+        gpus.list_hosts(json_output)
+
+
+@app.command("add")
+def add(name: HostName, json_output: JsonFlag = False) -> None:
+    """Add a host and print the one-time command that enrolls its agent."""
+    with connect() as client:
+        invitation = client.post("/agent-hosts", AgentHostInvitationPublic, {"name": name})
+    if json_output:
+        output.print_json(invitation)
+        return
+    until = output.when(invitation.expires_at)
+    output.print_message(f"Added host {name}. On it, as root, run (once, before {until}):")
+    typer.echo(invitation.join_command)  # plain, so that it copies cleanly
+    output.print_note("The token is good once and is not shown again.")
+
+
+@app.command("list")
+def list_agent_hosts(json_output: JsonFlag = False) -> None:
+    """Hosts with agents: state, link, last heartbeat, agent and engine versions, GPUs."""
+    show_collection(
+        "/agent-hosts",
+        list[AgentHostPublic],
+        COLUMNS,
+        _row,
+        json_output=json_output,
+        empty="No hosts added (`gpudock hosts add NAME`).",
+    )
+
+
+@app.command("drain")
+def drain(
+    name: HostName,
+    undo: Annotated[bool, typer.Option("--undo", help="Take new instances again.")] = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Keep the host's instances, place no new ones on it (--undo: place again)."""
+    action = "undrain" if undo else "drain"
+    with connect() as client:
+        host = client.post(f"/agent-hosts/{name}/{action}", AgentHostPublic)
+    output.print_answer(host, json_output, f"Host {host.name} is {host.state}.")
+
+
+@app.command("remove")
+def remove(name: HostName, json_output: JsonFlag = False) -> None:
+    """Forget the host and revoke its agent (its link closes, its key is refused)."""
+    with connect() as client:
+        host = client.delete(f"/agent-hosts/{name}", AgentHostPublic)
+    output.print_answer(host, json_output, f"Removed host {host.name}; its agent is revoked.")
+
+
+def _row(host: AgentHostPublic) -> list[str | Text]:
+    models = Counter(gpu.model for gpu in host.gpus)
+    listed = ", ".join(f"{count} × {model}" for model, count in sorted(models.items()))
+    return [
+        host.name,
+        host.state,
+        Text(host.link_state, style=LINK_STYLES.get(host.link_state, "")),
+        output.when(host.last_heartbeat_at),
+        output.text(host.agent_version),
+        output.text(host.engine_version),
+        listed or "-",
+    ]

@@ -1,0 +1,85 @@
+"""What the server holding an agent's link records: who the agent is, its
+heartbeats (with what it reports), and whether its link is up.
+
+Every function is one short transaction, called off the event loop.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+
+from gpudock.db.models import AgentHostModel, LinkState
+from gpudock.errors import Unauthenticated
+from gpudock.link.wire import HostReport
+from gpudock.services.agents.hosts import AgentHost, record_report
+from gpudock.services.context import ServiceContext
+
+
+class AgentNotEnrolled(Unauthenticated):
+    """An agent key no host holds: never enrolled, or its host was removed."""
+
+    code = "agent_not_enrolled"
+
+
+def enrolled_host(ctx: ServiceContext, agent_key: str) -> AgentHost | None:
+    """The host whose agent holds `agent_key`; None: unknown or removed (revoked)."""
+    with ctx.sessions() as session:
+        row = session.scalars(
+            select(AgentHostModel).where(AgentHostModel.agent_key == agent_key)
+        ).first()
+        return None if row is None else AgentHost.of(row)
+
+
+def require_enrolled(ctx: ServiceContext, agent_key: str) -> AgentHost:
+    host = enrolled_host(ctx, agent_key)
+    if host is None:
+        raise AgentNotEnrolled(
+            "this agent is not enrolled with this server (its host was removed, or it never "
+            "joined): on the server run `gpudock hosts add NAME`, then the join command it "
+            "prints on this host"
+        )
+    return host
+
+
+def record_link_up(
+    ctx: ServiceContext, host_id: str, report: HostReport, peer: str
+) -> AgentHost | None:
+    """The agent connected and said hello; None: the host is gone meanwhile."""
+    now = ctx.clock()
+    with ctx.sessions.begin() as session:
+        row = session.get(AgentHostModel, host_id)
+        if row is None:
+            return None
+        record_report(row, report)
+        row.link_state, row.link_changed_at, row.link_peer = LinkState.UP, now, peer
+        row.last_heartbeat_at = now
+        session.flush()
+        return AgentHost.of(row)
+
+
+def record_heartbeat(ctx: ServiceContext, host_id: str, report: HostReport) -> bool:
+    """False: the host was removed, so its agent is revoked and the link must close."""
+    with ctx.sessions.begin() as session:
+        row = session.get(AgentHostModel, host_id)
+        if row is None:
+            return False
+        record_report(row, report)
+        row.last_heartbeat_at = ctx.clock()
+        if row.link_state is not LinkState.UP:  # another server's drop was written late
+            row.link_state, row.link_changed_at = LinkState.UP, row.last_heartbeat_at
+        return True
+
+
+def record_link_down(ctx: ServiceContext, host_id: str, up_since: datetime | None) -> None:
+    """The link that came up at `up_since` ended. A newer link of the same agent (it
+    redialled before this one was seen gone) wrote a later time: it stays up."""
+    with ctx.sessions.begin() as session:
+        row = session.get(AgentHostModel, host_id)
+        if row is None or row.link_state is not LinkState.UP:
+            return
+        newer = up_since is not None and row.link_changed_at is not None
+        if newer and row.link_changed_at > up_since:  # type: ignore[operator]
+            return
+        row.link_state, row.link_changed_at = LinkState.DOWN, ctx.clock()

@@ -1,0 +1,91 @@
+"""The agent link in one test process: the server's gateway and agents on one event
+loop in a thread, over real TCP on 127.0.0.1, with real keys and a real database.
+
+Agents here report a fake NVML (`tests.gpu.fake_pynvml`) through the real NVML
+code and a `FakeRuntime` engine; the netns fleet (`fleet_netns.py`) runs them
+as processes on hosts of their own instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gpudock.agent.inventory import HostInventory
+from gpudock.agent.link import Agent
+from gpudock.agent.state import load_enrollment
+from gpudock.agentgw.gateway import AgentGateway
+from gpudock.gpu.nvml import NvmlGpuSource
+from gpudock.platform import Platform
+from gpudock.runtime.fake import FakeRuntime
+from tests.gpu.fake_pynvml import h200_1x
+
+T = TypeVar("T")
+DEADLINE_S = 30.0
+
+
+class LinkRig:
+    """`start()` the platform's gateway; `join()`/`rerun()` agents; `stop()` all."""
+
+    def __init__(self, platform: Platform, workdir: Path) -> None:
+        self.platform = platform
+        self.gateway = AgentGateway(platform.ctx)
+        self.workdir = workdir
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="agent-link")
+        self.agents: dict[str, Future[None]] = {}
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=DEADLINE_S)
+
+    def start(self) -> None:
+        self._thread.start()
+        self.run(self.gateway.start())
+
+    def stop(self) -> None:
+        try:
+            for running in self.agents.values():
+                running.cancel()
+            self.run(self.gateway.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=DEADLINE_S)
+            self.loop.close()
+
+    def state_dir(self, name: str) -> Path:
+        return self.workdir / f"agent-{name}"
+
+    def join(self, name: str, url: str, token: str) -> Future[None]:
+        """Start agent `name` (its own key in its own state dir) with a join command."""
+        agent = Agent.joining(self.state_dir(name), _inventory(), url, token)
+        return self._launch(name, agent)
+
+    def rerun(self, name: str) -> Future[None]:
+        """Start agent `name` again from what its join saved (`gpudock agent run`)."""
+        enrollment = load_enrollment(self.state_dir(name))
+        return self._launch(name, Agent.enrolled(self.state_dir(name), _inventory(), enrollment))
+
+    def halt(self, name: str) -> None:
+        """Stop agent `name` as SIGTERM would (its connection closes)."""
+        self.agents[name].cancel()
+
+    def _launch(self, name: str, agent: Agent) -> Future[None]:
+        self.state_dir(name).mkdir(parents=True, exist_ok=True)
+        running = asyncio.run_coroutine_threadsafe(agent.run(), self.loop)
+        self.agents[name] = running
+        return running
+
+
+def _inventory() -> HostInventory:
+    return HostInventory(NvmlGpuSource(nvml=h200_1x()), FakeRuntime())
+
+
+def join_parts(command: str) -> tuple[str, str]:
+    """(URL, TOKEN) of `gpudock agent join URL TOKEN`."""
+    words = command.split()
+    assert words[:3] == ["gpudock", "agent", "join"], command
+    return words[3], words[4]
