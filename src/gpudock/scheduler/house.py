@@ -41,6 +41,7 @@ import numpy as np
 from gpudock.scheduler.choosing import best_fit_gpus, seeded_order
 from gpudock.scheduler.demand import MILLI_PER_GPU, Demand
 from gpudock.scheduler.nodestates import NodeStates
+from gpudock.scheduler.scarcity import ModelScarcity
 from gpudock.scheduler.snapshot import Assignment, IntArray, Snapshot
 from gpudock.scheduler.usable import FloatArray, UsableCapacity, share_after
 from gpudock.scheduler.workload import ClassKey, WorkloadEstimate, class_key
@@ -75,10 +76,12 @@ class HousePolicy:
         self._arrival: Demand | None = None  # the demand last observed, until chosen
         self._refused = 0  # GPU milli of arrivals not placed when they arrived
         self._totals = _FleetTotals(snapshot, self._usable)
+        self._scarcity = ModelScarcity(snapshot, margin=MULTI_GPU_MARGIN)
         self._top_at: tuple[object, int] = (None, 0)  # (model version, poor-hole bound)
 
     def observe(self, demand: Demand) -> None:
         self._workload.observe(demand)
+        self._scarcity.observe(demand)
         self._arrival = demand
 
     def choose(self, demand: Demand, *, may_defer: bool = True) -> Assignment | None:
@@ -107,6 +110,7 @@ class HousePolicy:
         ids = self._states.ids[nodes]
         loss, _, bits = self._scores.lookup(class_key(demand), ids, nodes, demand, self._score_node)
         keys = (
+            *self._kept_off(nodes, demand),
             (bits[:, 0] & self._short_bits()) != 0,
             self._coarse(loss[:, 0]),
             self._snap.gpu_free[nodes].sum(1),
@@ -126,6 +130,7 @@ class HousePolicy:
                 return None
             rows, slots, cand, hole = rows[used], slots[used], cand[used], hole[used]
         keys = (
+            *self._kept_off(cand, demand),
             (bits[rows, slots] & self._short_bits()) != 0,
             self._coarse(loss[rows, slots]),
             self._snap.gpu_free[cand].sum(1),
@@ -135,6 +140,11 @@ class HousePolicy:
         node = int(cand[pick])
         gpu = int(np.argmax(self._snap.gpu_free[node] == hole[pick]))
         return Assignment(node, (gpu,), demand)
+
+    def _kept_off(self, nodes: IntArray, demand: Demand) -> tuple[np.ndarray, ...]:
+        """A first key, if `demand` should keep off models constrained demand is short of."""
+        protected = self._scarcity.protected_nodes(demand)
+        return () if protected is None else (protected[nodes],)
 
     def _coarse(self, loss: FloatArray) -> FloatArray:
         return np.asarray(np.round(loss / self._resolution), np.float64)
