@@ -103,6 +103,10 @@ class HousePolicy:
         self._scores.follow(self._usable.version)
         if demand.is_share:
             return self._choose_share(nodes, demand, may_hold)
+        if may_hold and not demand.gpus:
+            nodes = self._unreserved(nodes, demand)
+            if not len(nodes):
+                return None
         node = self._choose_node(nodes, demand)
         return Assignment(node, best_fit_gpus(self._snap, node, demand), demand)
 
@@ -140,6 +144,13 @@ class HousePolicy:
         node = int(cand[pick])
         gpu = int(np.argmax(self._snap.gpu_free[node] == hole[pick]))
         return Assignment(node, (gpu,), demand)
+
+    def _unreserved(self, nodes: IntArray, demand: Demand) -> IntArray:
+        """Of `nodes`, those where CPU-only `demand` takes none of the CPU and memory
+        that the node's free GPUs need (as much per GPU as the requests meant for
+        the node ask, see `UsableCapacity.balanced`)."""
+        strands = self._strands(nodes, demand, self._snap.gpu_free[nodes].sum(1))
+        return nodes[self._coarse(strands) == 0]
 
     def _kept_off(self, nodes: IntArray, demand: Demand) -> tuple[np.ndarray, ...]:
         """A first key, if `demand` should keep off models constrained demand is short of."""
