@@ -150,7 +150,7 @@ class HousePolicy:
         that the node's free GPUs need (as much per GPU as the requests meant for
         the node ask, see `UsableCapacity.balanced`)."""
         strands = self._strands(nodes, demand, self._snap.gpu_free[nodes].sum(1))
-        return nodes[self._coarse(strands) == 0]
+        return np.asarray(nodes[self._coarse(strands) == 0], np.int64)
 
     def _kept_off(self, nodes: IntArray, demand: Demand) -> tuple[np.ndarray, ...]:
         """A first key, if `demand` should keep off models constrained demand is short of."""
