@@ -14,10 +14,13 @@
    class, if the capacity it could use is less than its part of the demand that
    would fill the idle rest (times MULTI_GPU_MARGIN: all other requests eat that
    capacity too), candidates that take from it come after all others.
-3. Packing among equals: the node with least free GPU first (most used); then,
+3. Scarce models are left to the demand that needs them: a request that could
+   go elsewhere puts candidates on models that model-constrained demand is
+   short of after all others (`scarcity.ModelScarcity`).
+4. Packing among equals: the node with least free GPU first (most used); then,
    for a share, the GPU left with least free; then a seeded order of node
    names. No rule depends on the order in which nodes are listed.
-4. Admission. A share that would open a fully free GPU and leave a hole that
+5. Admission. A share that would open a fully free GPU and leave a hole that
    few requests fit (less than `poor_hole_mass` of the estimated workload; an
    810-milli share leaves 190) may be held back, so that a whole-GPU request
    can use that GPU in full, but only while the GPU demand refused at arrival
@@ -25,7 +28,10 @@
    such poor holes: the two ways to lose capacity are kept even, since which of
    them costs more depends on how much more demand comes. Held-back requests
    wait (in a replay without a queue they fail); `may_defer=False` (the wait
-   queue's anti-starvation rule) places one regardless.
+   queue's anti-starvation rule) places one regardless. A CPU-only request,
+   likewise, goes at arrival only where it strands no GPU for the requests
+   meant for the node (the CPU and memory its free GPUs need stay reserved),
+   and otherwise waits.
 
 Scores depend only on a node's state and the request's class, so they are
 computed once per (request class, node state) and kept until the workload
