@@ -58,9 +58,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", default="42,43")
     ap.add_argument("--policies", default="firstfit,gpudock,fgd")
+    ap.add_argument("--trace", default="default", help="a published trace, e.g. gpuspec10")
     a = ap.parse_args()
     nodes = parse_nodes(read(DATA / "openb_node_list_gpu_node.csv"))
-    pods = parse_pods(read(DATA / "openb_pod_list_default.csv"))
+    pods = parse_pods(read(DATA / f"openb_pod_list_{a.trace}.csv"))
     clocks = {"wall": time.perf_counter_ns, "cpu": time.thread_time_ns}
     times: dict[tuple[str, str], list[int]] = {}
     for seed in (int(s) for s in a.seeds.split(",")):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpudock.scheduler.demand import MILLI_PER_GPU
+from gpudock.scheduler.demand import MILLI_PER_GPU, cpu_only
 from gpudock.scheduler.house import HousePolicy
 from gpudock.scheduler.nodestates import NodeStates
 from gpudock.scheduler.snapshot import Snapshot
@@ -97,3 +97,22 @@ def test_the_cpu_hungry_request_goes_to_the_cpu_rich_node() -> None:
     choice = policy.choose(whole(1, cpu=12_000))
     assert choice is not None
     assert snap.specs[choice.node].name == "rich"
+
+
+def test_a_cpu_only_request_waits_rather_than_take_the_cpu_free_gpus_need() -> None:
+    snap = Snapshot([node("a", 2, cpu=4000)])
+    workload = WorkloadEstimate.fixed([(whole(1, cpu=2000), 1.0)])
+    policy = HousePolicy(snap, seed=1, workload=workload)
+    cpu_hungry = cpu_only(cpu_milli=3000, memory_mib=1024)
+    policy.observe(cpu_hungry)
+    assert policy.choose(cpu_hungry) is None  # it would leave one free GPU 1 core of 2
+    assert policy.choose(cpu_hungry, may_defer=False) is not None
+    for _ in range(2):
+        gpu_pod = whole(1, cpu=1000)
+        policy.observe(gpu_pod)
+        choice = policy.choose(gpu_pod)
+        assert choice is not None
+        snap.allocate(choice)
+    small = cpu_only(cpu_milli=2000, memory_mib=1024)
+    policy.observe(small)
+    assert policy.choose(small) is not None  # no free GPU is left to need the CPU

@@ -3,6 +3,7 @@ serve-jsonl` over a small trace and gets the numbers of its own built-in policy.
 
 from __future__ import annotations
 
+import csv
 import json
 import shlex
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpudock.scheduler import jsonl
+from gpudock.scheduler.replay import replay
+from gpudock.scheduler.trace import parse_nodes, parse_pods
 from tests.scheduler.small_trace import write_small_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,3 +117,20 @@ def test_protocol_in_memory() -> None:
     assert sent == ['{"ok":true}', '{"node":0,"gpus":[0,1]}']  # nothing after "end"
     with pytest.raises(jsonl.ProtocolError):
         jsonl.serve([json.dumps(pod)], sent.append, "gpudock")
+
+
+@pytest.mark.parametrize("policy", ["firstfit", "fgd", "gpudock"])
+def test_replay_in_process_matches_the_evaluator(
+    evaluator: Path, tmp_path: Path, policy: str
+) -> None:
+    runs = evaluate(tmp_path, "external", policy)["external"]
+    nodes_path, pods_path = write_small_trace(tmp_path)
+    nodes, pods = parse_nodes(read_rows(nodes_path)), parse_pods(read_rows(pods_path))
+    for run in runs:
+        here = replay(nodes, pods, policy, seed=run["seed"], checkpoints=(50, 100, 130))
+        assert {str(x): v for x, v in here.allocated_pct.items()} == run["alloc"]
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))

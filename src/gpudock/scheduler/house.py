@@ -14,10 +14,13 @@
    class, if the capacity it could use is less than its part of the demand that
    would fill the idle rest (times MULTI_GPU_MARGIN: all other requests eat that
    capacity too), candidates that take from it come after all others.
-3. Packing among equals: the node with least free GPU first (most used); then,
+3. Scarce models are left to the demand that needs them: a request that could
+   go elsewhere puts candidates on models that model-constrained demand is
+   short of after all others (`scarcity.ModelScarcity`).
+4. Packing among equals: the node with least free GPU first (most used); then,
    for a share, the GPU left with least free; then a seeded order of node
    names. No rule depends on the order in which nodes are listed.
-4. Admission. A share that would open a fully free GPU and leave a hole that
+5. Admission. A share that would open a fully free GPU and leave a hole that
    few requests fit (less than `poor_hole_mass` of the estimated workload; an
    810-milli share leaves 190) may be held back, so that a whole-GPU request
    can use that GPU in full, but only while the GPU demand refused at arrival
@@ -25,7 +28,10 @@
    such poor holes: the two ways to lose capacity are kept even, since which of
    them costs more depends on how much more demand comes. Held-back requests
    wait (in a replay without a queue they fail); `may_defer=False` (the wait
-   queue's anti-starvation rule) places one regardless.
+   queue's anti-starvation rule) places one regardless. A CPU-only request,
+   likewise, goes at arrival only where it strands no GPU for the requests
+   meant for the node (the CPU and memory its free GPUs need stay reserved),
+   and otherwise waits.
 
 Scores depend only on a node's state and the request's class, so they are
 computed once per (request class, node state) and kept until the workload
@@ -41,6 +47,7 @@ import numpy as np
 from gpudock.scheduler.choosing import best_fit_gpus, seeded_order
 from gpudock.scheduler.demand import MILLI_PER_GPU, Demand
 from gpudock.scheduler.nodestates import NodeStates
+from gpudock.scheduler.scarcity import ModelScarcity
 from gpudock.scheduler.snapshot import Assignment, IntArray, Snapshot
 from gpudock.scheduler.usable import FloatArray, UsableCapacity, share_after
 from gpudock.scheduler.workload import ClassKey, WorkloadEstimate, class_key
@@ -75,10 +82,12 @@ class HousePolicy:
         self._arrival: Demand | None = None  # the demand last observed, until chosen
         self._refused = 0  # GPU milli of arrivals not placed when they arrived
         self._totals = _FleetTotals(snapshot, self._usable)
+        self._scarcity = ModelScarcity(snapshot, margin=MULTI_GPU_MARGIN)
         self._top_at: tuple[object, int] = (None, 0)  # (model version, poor-hole bound)
 
     def observe(self, demand: Demand) -> None:
         self._workload.observe(demand)
+        self._scarcity.observe(demand)
         self._arrival = demand
 
     def choose(self, demand: Demand, *, may_defer: bool = True) -> Assignment | None:
@@ -100,6 +109,10 @@ class HousePolicy:
         self._scores.follow(self._usable.version)
         if demand.is_share:
             return self._choose_share(nodes, demand, may_hold)
+        if may_hold and not demand.gpus:
+            nodes = self._unreserved(nodes, demand)
+            if not len(nodes):
+                return None
         node = self._choose_node(nodes, demand)
         return Assignment(node, best_fit_gpus(self._snap, node, demand), demand)
 
@@ -107,6 +120,7 @@ class HousePolicy:
         ids = self._states.ids[nodes]
         loss, _, bits = self._scores.lookup(class_key(demand), ids, nodes, demand, self._score_node)
         keys = (
+            *self._kept_off(nodes, demand),
             (bits[:, 0] & self._short_bits()) != 0,
             self._coarse(loss[:, 0]),
             self._snap.gpu_free[nodes].sum(1),
@@ -126,6 +140,7 @@ class HousePolicy:
                 return None
             rows, slots, cand, hole = rows[used], slots[used], cand[used], hole[used]
         keys = (
+            *self._kept_off(cand, demand),
             (bits[rows, slots] & self._short_bits()) != 0,
             self._coarse(loss[rows, slots]),
             self._snap.gpu_free[cand].sum(1),
@@ -135,6 +150,18 @@ class HousePolicy:
         node = int(cand[pick])
         gpu = int(np.argmax(self._snap.gpu_free[node] == hole[pick]))
         return Assignment(node, (gpu,), demand)
+
+    def _unreserved(self, nodes: IntArray, demand: Demand) -> IntArray:
+        """Of `nodes`, those where CPU-only `demand` takes none of the CPU and memory
+        that the node's free GPUs need (as much per GPU as the requests meant for
+        the node ask, see `UsableCapacity.balanced`)."""
+        strands = self._strands(nodes, demand, self._snap.gpu_free[nodes].sum(1))
+        return np.asarray(nodes[self._coarse(strands) == 0], np.int64)
+
+    def _kept_off(self, nodes: IntArray, demand: Demand) -> tuple[np.ndarray, ...]:
+        """A first key, if `demand` should keep off models constrained demand is short of."""
+        protected = self._scarcity.protected_nodes(demand)
+        return () if protected is None else (protected[nodes],)
 
     def _coarse(self, loss: FloatArray) -> FloatArray:
         return np.asarray(np.round(loss / self._resolution), np.float64)
