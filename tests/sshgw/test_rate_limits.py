@@ -37,7 +37,7 @@ HELLO = b"hello through the gateway\n"
 @dataclass
 class Gateway:
     platform: Platform
-    thread: GatewayThread
+    thread: GatewayThread[SshGateway]
     keys: dict[str, Path]
     instance_ids: dict[str, str]  # owner → the id of their running instance
 
@@ -61,7 +61,7 @@ GatewayFactory = Callable[..., Gateway]
 
 @pytest.fixture
 def gateway_factory(tmp_path: Path) -> Iterator[GatewayFactory]:
-    made: list[tuple[Platform, GatewayThread]] = []
+    made: list[tuple[Platform, GatewayThread[SshGateway]]] = []
 
     def make(**limits: object) -> Gateway:
         settings = Settings(

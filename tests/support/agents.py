@@ -9,7 +9,6 @@ as processes on hosts of their own instead.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from pathlib import Path
@@ -23,9 +22,9 @@ from gpudock.gpu.nvml import NvmlGpuSource
 from gpudock.platform import Platform
 from gpudock.runtime.fake import FakeRuntime
 from tests.gpu.fake_pynvml import h200_1x
+from tests.support.sshgw import GatewayThread
 
 T = TypeVar("T")
-DEADLINE_S = 30.0
 
 
 class LinkRig:
@@ -35,26 +34,20 @@ class LinkRig:
         self.platform = platform
         self.gateway = AgentGateway(platform.ctx)
         self.workdir = workdir
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="agent-link")
+        self._thread = GatewayThread(self.gateway, name="agent-link")
+        self.loop = self._thread.loop
         self.agents: dict[str, Future[None]] = {}
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=DEADLINE_S)
+        return self._thread.run(coroutine)
 
     def start(self) -> None:
         self._thread.start()
-        self.run(self.gateway.start())
 
     def stop(self) -> None:
-        try:
-            for running in self.agents.values():
-                running.cancel()
-            self.run(self.gateway.stop())
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=DEADLINE_S)
-            self.loop.close()
+        for running in self.agents.values():
+            running.cancel()
+        self._thread.stop()
 
     def state_dir(self, name: str) -> Path:
         return self.workdir / f"agent-{name}"

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import docker
 import pytest
@@ -28,7 +28,11 @@ from gpudock.sshgw.gateway import SshGateway
 from tests.support.key_proof import add_with_proof
 from tests.support.ssh_options import SSH_OPTIONS as BASE_SSH_OPTIONS
 
+if TYPE_CHECKING:
+    from gpudock.api.app import Sidecar
+
 T = TypeVar("T")
+G = TypeVar("G", bound="Sidecar")
 
 
 FLEET = "1x4xA100-80GB"
@@ -40,13 +44,14 @@ DEADLINE_S = 30.0
 SSH_OPTIONS = [*BASE_SSH_OPTIONS, "-o", "ConnectTimeout=20"]
 
 
-class GatewayThread:
-    """The gateway on its own event loop in a thread (in production: uvicorn's loop)."""
+class GatewayThread(Generic[G]):
+    """A gateway (any sidecar: the SSH gateway, the agent link's) on its own event
+    loop in a thread (in production: uvicorn's loop)."""
 
-    def __init__(self, gateway: SshGateway) -> None:
+    def __init__(self, gateway: G, name: str = "ssh-gateway") -> None:
         self.gateway = gateway
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="ssh-gateway")
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name)
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=DEADLINE_S)
@@ -67,7 +72,7 @@ class GatewayThread:
 @dataclass
 class World:
     platform: Platform
-    gateway: GatewayThread
+    gateway: GatewayThread[SshGateway]
     keys: dict[str, Path]  # user name → private key path ("stranger": registered to nobody)
     users: dict[str, UserModel]
     instance: InstanceModel  # alice's running "train"
@@ -154,7 +159,7 @@ def make_key(directory: Path, name: str, kind: str = "ed25519") -> Path:
 
 
 def populate_world(
-    platform: Platform, gateway: GatewayThread, engine: docker.DockerClient, tmp: Path
+    platform: Platform, gateway: GatewayThread[SshGateway], engine: docker.DockerClient, tmp: Path
 ) -> World:
     ctx = platform.ctx
     people = {

@@ -8,7 +8,6 @@ can pin it instead of trusting on first use.
 
 from __future__ import annotations
 
-import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import asyncssh
 
 from gpudock.errors import NotFound
+from gpudock.link.keys import ensure_private_key
 from gpudock.settings import Settings
 
 HOST_KEY_FILE = "ssh_host_ed25519_key"
@@ -37,17 +37,7 @@ def host_key_path(settings: Settings) -> Path:
 def ensure_host_key(settings: Settings) -> Path:
     """Generate the gateway's host key unless it exists; return its path."""
     path = host_key_path(settings)
-    if not path.exists():
-        key = asyncssh.generate_private_key("ssh-ed25519", comment="gpudock-gateway")
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return path  # generated concurrently
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(key.export_private_key("openssh"))
-        public = path.with_name(path.name + ".pub")
-        public.write_bytes(key.export_public_key("openssh"))
-        public.chmod(0o644)
+    ensure_private_key(path, comment="gpudock-gateway")
     return path
 
 
