@@ -71,6 +71,7 @@ class DockerKubelet:
         self._lock = threading.Lock()
         self._workers = concurrent.futures.ThreadPoolExecutor(8, "kfake-kubelet")
         self._thread = threading.Thread(target=self._loop, name="kfake-kubelet", daemon=True)
+        self._cpus = int(api.info().get("NCPU", 1))
 
     def start(self) -> None:
         self._thread.start()
@@ -173,8 +174,17 @@ class DockerKubelet:
             )
             self._event(pod, "Warning", "ErrImageNeverPull", message)
             return
-        created = self.api.create_container(**self._create_arguments(pod))
-        self.api.start(created["Id"])
+        try:
+            created = self.api.create_container(**self._create_arguments(pod))
+            self.api.start(created["Id"])
+        except docker.errors.APIError as exc:
+            message = str(exc.explanation or exc)
+            waiting = {"waiting": {"reason": "CreateContainerError", "message": message}}
+            self._set_status(
+                pod, {"containerStatuses": [self._container_status(container, waiting)]}
+            )
+            self._event(pod, "Warning", "Failed", message)
+            return
         self._event(pod, "Normal", "Started", f"Started container {container['name']}")
         self._follow(pod, {"Id": created["Id"]})
 
@@ -279,7 +289,10 @@ class DockerKubelet:
             security_opt=security_opt or None,
             binds=binds or None,
             tmpfs=tmpfs or None,
-            nano_cpus=int(quantity(limits["cpu"]) * 1e9) if "cpu" in limits else None,
+            # The engine refuses more CPUs than it has: one machine plays every node.
+            nano_cpus=int(min(quantity(limits["cpu"]), self._cpus) * 1e9)
+            if "cpu" in limits
+            else None,
             mem_limit=int(quantity(limits["memory"])) if "memory" in limits else None,
         )
         return {

@@ -1,0 +1,212 @@
+"""`KubernetesRuntime`: the `Runtime` seam over one Kubernetes cluster, the
+whole cluster one backend (`GPUDOCK_RUNTIME=kubernetes`), composed of one
+collaborator per kind of object (pods, claims, tenant namespaces).
+
+What cannot work on Kubernetes yet raises `RuntimeFailure` saying so
+(`unsupported`); docs/kubernetes.md lists it. Images are the nodes' business:
+the kubelet pulls what a pod names, so the server neither pulls nor inspects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import NoReturn
+
+from gpudock.errors import RuntimeFailure
+from gpudock.runtime.base import (
+    BuildJob,
+    BuildLine,
+    ContainerSpec,
+    ContainerState,
+    ContainerStats,
+    EngineInfo,
+    ExecResult,
+    ExecStream,
+    ImageInfo,
+    NetworkState,
+    PortSocket,
+    VolumeState,
+)
+from gpudock.runtime.kubernetes import manifests
+from gpudock.runtime.kubernetes.api import KubeApi, connect, translated
+from gpudock.runtime.kubernetes.claims import KubeClaims
+from gpudock.runtime.kubernetes.pods import KubePods
+from gpudock.runtime.kubernetes.tenants import KubeTenants
+from gpudock.runtime.kubernetes.units import bytes_of, cpus_of
+
+
+def unsupported(what: str) -> NoReturn:
+    raise RuntimeFailure(f"{what} does not work on the Kubernetes runtime yet")
+
+
+class KubernetesRuntime:
+    """Implements `gpudock.runtime.base.Runtime` over one Kubernetes cluster."""
+
+    def __init__(
+        self,
+        kubeconfig: Path | None = None,
+        *,
+        context: str | None = None,
+        timeout_s: float = 30.0,
+        start_timeout_s: float = 300.0,
+        options: manifests.PodOptions | None = None,
+        default_disk_gb: int = 50,
+        api: KubeApi | None = None,
+    ) -> None:
+        """`kubeconfig` (and its `context`); None: the service account of the
+        pod gpudock runs in. `timeout_s`: each API call's. `start_timeout_s`:
+        how long `start_container` waits for a pod to run (image pulls included)
+        before the reconciler is told to come back."""
+        self._api = api or connect(kubeconfig, context, timeout_s)
+        options = options or manifests.PodOptions()
+        self._tenants = KubeTenants(self._api)
+        self._pods = KubePods(self._api, self._tenants, options, start_timeout_s)
+        self._claims = KubeClaims(self._api, self._tenants, options, default_disk_gb)
+
+    def close(self) -> None:
+        self._api.close()
+
+    @property
+    def api(self) -> KubeApi:
+        """The connection, for the GPU inventory read from the same cluster."""
+        return self._api
+
+    # -- the cluster and images --------------------------------------------
+    def engine_info(self) -> EngineInfo:
+        """The cluster's allocatable CPUs and memory, all nodes together."""
+        with translated("read the cluster's nodes"):
+            nodes = self._api.call(self._api.core.list_node).get("items") or []
+            version = self._api.call(self._api.version.get_code)
+        allocatable = [(n.get("status") or {}).get("allocatable") or {} for n in nodes]
+        return EngineInfo(
+            cpus=int(sum(cpus_of(a.get("cpu", "0")) for a in allocatable)),
+            memory_bytes=int(sum(bytes_of(a.get("memory", "0")) for a in allocatable)),
+            server_version=str(version.get("gitVersion", "")),
+        )
+
+    def image_present(self, ref: str) -> bool:
+        return False  # the nodes' image caches are theirs: the kubelet pulls at start
+
+    def image_pullable(self, ref: str) -> bool:
+        return True  # asked of the registry by the kubelet, at start (ErrImagePull)
+
+    def ensure_image(self, ref: str) -> None:
+        """Nothing to do here: the pod's kubelet pulls (imagePullPolicy)."""
+
+    def image_info(self, ref: str) -> ImageInfo | None:
+        return None
+
+    def image_size(self, ref: str) -> int | None:
+        return None
+
+    def remove_image(self, ref: str) -> None:
+        """The nodes' kubelets collect unused images themselves."""
+
+    def commit_container(
+        self, container_id: str, repository: str, tag: str, labels: dict[str, str] | None = None
+    ) -> str:
+        unsupported("committing an instance's system disk as an image")
+
+    def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
+        unsupported("building images")
+
+    def run_once(
+        self,
+        image: str,
+        command: list[str],
+        files: dict[str, bytes],
+        timeout_s: float,
+        *,
+        cluster_id: str,
+    ) -> ExecResult:
+        unsupported("image validation runs")
+
+    # -- volumes -----------------------------------------------------------
+    def ensure_volume(self, name: str, labels: dict[str, str], size_gb: int | None = None) -> None:
+        self._claims.ensure(name, labels, size_gb)
+
+    def remove_volume(self, name: str) -> None:
+        self._claims.remove(name)
+
+    def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
+        return self._claims.with_labels(labels)
+
+    def volume_used_bytes(self, name: str) -> int | None:
+        return None  # the volume's file system is on a node (or a storage system)
+
+    def copy_volume(
+        self,
+        source: str,
+        target: str,
+        *,
+        image: str,
+        helper_name: str,
+        labels: dict[str, str],
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        unsupported("copying a data volume to another node")
+
+    # -- containers (pods) ---------------------------------------------------
+    def create_container(self, spec: ContainerSpec) -> ContainerState:
+        return self._pods.create(spec)
+
+    def start_container(self, container_id: str) -> ContainerState:
+        return self._pods.start(container_id)
+
+    def stop_container(self, container_id: str, timeout_s: int) -> ContainerState | None:
+        return self._pods.stop(container_id, timeout_s)
+
+    def remove_container(self, container_id: str, *, keep_network: bool = False) -> None:
+        """The tenant's namespace stays (it holds the claims); garbage
+        collection removes it once nothing of gpudock's is left in it."""
+        self._pods.remove(container_id)
+
+    def inspect_container(self, name_or_id: str) -> ContainerState | None:
+        return self._pods.inspect(name_or_id)
+
+    def list_containers(self, labels: dict[str, str]) -> list[ContainerState]:
+        return self._pods.with_labels(labels)
+
+    def limits_system_disks(self) -> bool:
+        return False
+
+    def writable_layer_bytes(self, container_id: str) -> int | None:
+        return None
+
+    def container_stats(self, container_id: str) -> ContainerStats | None:
+        return None  # metrics.k8s.io is not read yet
+
+    def container_of_pid(self, pid: int) -> str | None:
+        return None  # the nodes' processes cannot be seen from the server
+
+    def exec_in_container(self, container_id: str, command: list[str]) -> ExecResult:
+        unsupported("running a command in an instance")
+
+    def put_file(self, container_id: str, path: str, data: bytes, mode: int = 0o755) -> None:
+        unsupported("copying a file into an instance")
+
+    # -- tenant networks (namespaces) ------------------------------------------
+    def ensure_network(self, name: str, labels: dict[str, str]) -> None:
+        self._tenants.ensure(name, labels)
+
+    def remove_network(self, name: str) -> None:
+        self._tenants.remove(name)
+
+    def list_networks(self, labels: dict[str, str]) -> list[NetworkState]:
+        return self._tenants.with_labels(labels)
+
+    # -- sessions and service URLs -------------------------------------------
+    def open_exec_stream(
+        self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
+    ) -> ExecStream:
+        unsupported("SSH sessions (pod exec)")
+
+    def resize_exec(self, exec_id: str, width: int, height: int) -> None:
+        unsupported("SSH sessions (pod exec)")
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        unsupported("SSH sessions (pod exec)")
+
+    def port_socket(self, container_id: str, port: int) -> PortSocket:
+        unsupported("service URLs (port-forward)")
