@@ -2,6 +2,11 @@
 runs pods as Docker containers. What it models and what it does not:
 docs/kubernetes.md, "The fake cluster"."""
 
-from tests.support.kube_fake.cluster import FakeKubeCluster
+from tests.support.kube_fake.cluster import (
+    TEST_IMAGE,
+    FakeKubeCluster,
+    kubectl,
+    tag_test_image,
+)
 
-__all__ = ["FakeKubeCluster"]
+__all__ = ["TEST_IMAGE", "FakeKubeCluster", "kubectl", "tag_test_image"]

@@ -22,7 +22,7 @@ import uvicorn
 
 from tests.support.kube_fake.api import FakeApi
 from tests.support.kube_fake.kubelet import DockerKubelet
-from tests.support.kube_fake.store import Obj, Store, by_kind
+from tests.support.kube_fake.store import Obj, Resource, Store, by_kind
 
 STARTUP_DEADLINE_S = 30.0
 NODES = by_kind("Node")
@@ -121,6 +121,10 @@ class FakeKubeCluster:
         }
         return self.store.create(NODES, "", node)
 
+    @staticmethod
+    def store_node() -> Resource:
+        return NODES
+
     def set_node_ready(self, name: str, ready: bool) -> None:
         def change(node: Obj) -> Obj:
             node["status"]["conditions"] = [_ready_condition(ready)]
@@ -147,3 +151,36 @@ def _ready_condition(ready: bool) -> Obj:
         if ready
         else "Kubelet stopped posting node status.",
     }
+
+
+DEBIAN_KUBECTL = Path("/opt/debian-kubectl/usr/bin/kubectl")  # scripts/setup.sh --tests
+
+
+def kubectl(cluster: FakeKubeCluster, home: Path, *args: str, timeout_s: float = 60.0) -> str:
+    """Debian's kubectl against the fake, with a kubeconfig and a cache of its own;
+    fails (never skips) without it. Returns its standard output."""
+    import subprocess
+
+    import pytest
+
+    if not DEBIAN_KUBECTL.exists():
+        pytest.fail(f"{DEBIAN_KUBECTL} is missing: run scripts/setup.sh --tests")
+    env = {"KUBECONFIG": str(cluster.kubeconfig(home)), "HOME": str(home), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(DEBIAN_KUBECTL), *args], env=env, capture_output=True, text=True, timeout=timeout_s
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+# An image the fake's kubelet has and gpudock treats as a registry's (the base
+# image itself is one gpudock refuses to ask a registry for: it is built on the host).
+TEST_IMAGE = "localhost/kfake-base:bookworm"
+
+
+def tag_test_image(engine: docker.APIClient) -> str:
+    from gpudock.images.base_image import BASE_IMAGE
+
+    repository, _, tag = TEST_IMAGE.rpartition(":")
+    engine.tag(BASE_IMAGE, repository, tag)
+    return TEST_IMAGE
