@@ -267,10 +267,11 @@ class FakeApi:
                 if body.get("metadata", {}).get("resourceVersion"):
                     current["metadata"]["resourceVersion"] = body["metadata"]["resourceVersion"]
                 return current
-            replaced = dict(body)
-            replaced["status"] = current.get("status", {})
+            replaced = {k: v for k, v in body.items() if k != "status"}  # status: its own
             replaced.setdefault("metadata", {})
             _validate(res, {**replaced, "kind": res.kind, "apiVersion": res.api_version})
+            if "status" in current:
+                replaced["status"] = current["status"]
             return replaced
 
         return self.store.update(res, namespace, name, change)
@@ -288,7 +289,9 @@ class FakeApi:
         def change(current: Obj) -> Obj:
             patched: Obj = _merge_patch(current, patch)
             if target.subresource != "status":
-                patched["status"] = current.get("status", {})
+                patched.pop("status", None)
+                if "status" in current:
+                    patched["status"] = current["status"]
                 checked = {k: v for k, v in patched.items() if k != "status"}
                 checked["metadata"] = {
                     k: v

@@ -132,6 +132,19 @@ class FakeKubeCluster:
 
         self.store.update(NODES, "", name, change)
 
+    def exec(self, namespace: str, pod: str, command: list[str]) -> str:
+        """Run `command` in the pod's container (on the Docker Engine, past the
+        API: the fake has no exec endpoint); its output."""
+        assert self.kubelet is not None, "a cluster without a kubelet runs no pods"
+        uid = self.store.get(by_kind("Pod"), namespace, pod)["metadata"]["uid"]
+        engine = self.kubelet.api
+        found = engine.containers(filters={"label": f"kfake.pod={uid}"})
+        assert found, f"pod {namespace}/{pod} has no running container"
+        made = engine.exec_create(found[0]["Id"], command)
+        output = engine.exec_start(made["Id"])
+        assert engine.exec_inspect(made["Id"])["ExitCode"] == 0, output
+        return bytes(output).decode()
+
     def objects(self, kind: str, namespace: str | None = None, **labels: Any) -> list[Obj]:
         """What the store holds of `kind`, as a test asserts on it."""
         items, _ = self.store.list(

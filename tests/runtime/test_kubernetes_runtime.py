@@ -1,0 +1,176 @@
+"""The Kubernetes runtime against the fake cluster, whose kubelet runs pods as
+real containers: an instance's lifecycle through the server's own path
+(services and reconciler), its data across a stop, garbage collection by
+label, and the API's errors in gpudock's terms."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from gpudock.db.models import HostModel, InstanceModel, InstanceStatus
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
+from gpudock.platform import Platform, default_runtime, open_platform
+from gpudock.reconcile.garbage import collect_garbage
+from gpudock.runtime.base import ContainerSpec
+from gpudock.runtime.kubernetes import KubernetesRuntime
+from gpudock.services.accounts import users
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances import container_spec as containers
+from gpudock.services.instances.actions import InstanceRequest
+from gpudock.settings import Settings
+from tests.support.kube_fake import TEST_IMAGE, FakeKubeCluster, tag_test_image
+from tests.support.sshgw import wait_for
+
+pytestmark = pytest.mark.docker
+DEADLINE_S = 90.0  # a pod start is a container start on a loaded machine
+
+
+@pytest.fixture
+def cluster(engine: docker.DockerClient) -> Iterator[FakeKubeCluster]:
+    tag_test_image(engine.api)
+    with FakeKubeCluster(engine.api) as made:
+        made.add_node("gpu-a", gpus=2, product="NVIDIA-A100-SXM4-80GB")
+        yield made
+
+
+@pytest.fixture
+def kube(cluster: FakeKubeCluster, tmp_path: Path) -> Iterator[Platform]:
+    """A platform whose runtime and GPU inventory are the fake cluster."""
+    kubeconfig = cluster.kubeconfig(tmp_path)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        runtime="kubernetes",
+        kubeconfig=kubeconfig,
+        kubernetes_start_timeout_s=DEADLINE_S,
+        image_pull="missing",
+    )
+    platform = open_platform(settings, runtime=default_runtime(settings))
+    yield platform
+    platform.close()
+
+
+def drain_until(platform: Platform, instance_id: str, status: InstanceStatus) -> InstanceModel:
+    def reached() -> InstanceModel | None:
+        platform.reconciler.drain()
+        with platform.ctx.sessions() as session:
+            found = session.get(InstanceModel, instance_id)
+            assert found is None or found.status != InstanceStatus.FAILED, found.status_reason
+            return found if found is not None and found.status == status else None
+
+    return wait_for(reached, f"instance {instance_id} to be {status.value}", DEADLINE_S)
+
+
+def test_lifecycle_pod_on_the_placed_node_and_data_across_a_stop(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    ctx = kube.ctx
+    alice = users.create_user(ctx, "alice").user
+    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="train", image=TEST_IMAGE)
+    created = instances.create_instance(ctx, alice, request)
+    row = drain_until(kube, created.id, InstanceStatus.RUNNING)
+    with ctx.sessions() as session:
+        host = session.get(HostModel, row.host_id)
+        assert host is not None and host.name == "gpu-a"
+    namespace = f"gpudock-{ctx.cluster_id}-u-{alice.id}"
+    name = containers.container_name(ctx.cluster_id, created.id)
+    [pod] = cluster.objects("Pod", namespace)
+    assert pod["metadata"]["name"] == name and pod["spec"]["nodeName"] == "gpu-a"
+    assert pod["status"]["phase"] == "Running"
+    assert pod["metadata"]["labels"]["gpudock.instance"] == created.id
+    assert pod["metadata"]["labels"]["gpudock.cluster"] == ctx.cluster_id
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "1"
+    [policy] = cluster.objects("NetworkPolicy", namespace)
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    [claim] = cluster.objects("PersistentVolumeClaim", namespace)
+    assert claim["spec"]["resources"]["requests"]["storage"] == f"{row.disk_gb}Gi"
+    cluster.exec(namespace, name, ["sh", "-c", "echo kept > /root/data/f && touch /root/sys"])
+
+    instances.stop_instance(ctx, alice, created.id)
+    drain_until(kube, created.id, InstanceStatus.STOPPED)
+    assert cluster.objects("Pod", namespace) == []
+    assert len(cluster.objects("PersistentVolumeClaim", namespace)) == 1
+
+    instances.start_instance(ctx, alice, created.id)
+    drain_until(kube, created.id, InstanceStatus.RUNNING)
+    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "kept\n"
+    listing = cluster.exec(namespace, name, ["ls", "/root"]).split()
+    assert "sys" not in listing  # the system disk does not survive a stop on Kubernetes
+
+    instances.delete_instance(ctx, alice, created.id)
+    drain_until(kube, created.id, InstanceStatus.DELETED)
+    for kind in ("Pod", "PersistentVolumeClaim", "ConfigMap"):
+        assert cluster.objects(kind, namespace) == [], kind
+
+
+def _orphan_spec(platform: Platform, instance_id: str) -> ContainerSpec:
+    labels = {
+        **containers.cluster_labels(platform.ctx.cluster_id),
+        "gpudock.instance": instance_id,
+        "gpudock.user": "ghost",
+        "gpudock.host": "gpu-a",
+    }
+    return ContainerSpec(
+        name=containers.container_name(platform.ctx.cluster_id, instance_id),
+        hostname="ghost",
+        image=TEST_IMAGE,
+        labels=labels,
+        env={"NVIDIA_VISIBLE_DEVICES": "void"},
+        gpu_uuids=(),
+        real_gpus=True,
+        cpus=1,
+        memory_mb=256,
+        pids_limit=256,
+        volume_name=containers.volume_name(platform.ctx.cluster_id, instance_id),
+    )
+
+
+def test_garbage_collection_by_label_removes_what_no_instance_owns(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-00000ghost")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    runtime.start_container(runtime.create_container(spec).id)
+    labels = containers.cluster_labels(kube.ctx.cluster_id)
+    assert [c.name for c in runtime.list_containers(labels)] == [spec.name]
+    assert [v.name for v in runtime.list_volumes(labels)] == [spec.volume_name]
+
+    assert collect_garbage(kube.ctx) >= 2
+    assert runtime.list_containers(labels) == [] and runtime.list_volumes(labels) == []
+    assert cluster.objects("ConfigMap") == [] and cluster.objects("PersistentVolumeClaim") == []
+
+
+def test_what_cannot_run_is_a_runtime_failure_with_the_kubelets_reason(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    runtime = kube.ctx.runtime
+    missing = _orphan_spec(kube, "i-0000noimage")
+    missing = ContainerSpec(**{**missing.__dict__, "image": "localhost/kfake-absent:1"})
+    runtime.ensure_volume(missing.volume_name, missing.labels, 1)
+    with pytest.raises(RuntimeFailure, match="ErrImageNeverPull"):
+        runtime.start_container(runtime.create_container(missing).id)
+
+    greedy = _orphan_spec(kube, "i-00000greedy")
+    greedy = ContainerSpec(**{**greedy.__dict__, "gpu_uuids": ("a", "b", "c")})
+    runtime.ensure_volume(greedy.volume_name, greedy.labels, 1)
+    with pytest.raises(RuntimeFailure, match=r"OutOfnvidia\.com/gpu"):
+        runtime.start_container(runtime.create_container(greedy).id)
+    assert runtime.stop_container(greedy.name, 1) is not None  # the record stays
+    runtime.remove_container(greedy.name)
+    assert runtime.inspect_container(greedy.name) is None
+    assert runtime.stop_container(greedy.name, 1) is None
+
+
+def test_an_unreachable_api_is_runtime_unavailable(tmp_path: Path) -> None:
+    with FakeKubeCluster() as gone:
+        kubeconfig = gone.kubeconfig(tmp_path)
+    runtime = KubernetesRuntime(kubeconfig, timeout_s=5)
+    with pytest.raises(RuntimeUnavailable, match="unreachable"):
+        runtime.list_containers({"gpudock.managed": "true"})
+    with pytest.raises(RuntimeUnavailable):
+        runtime.engine_info()
