@@ -94,6 +94,7 @@ def default_runtime(settings: Settings) -> Runtime:
                 gpu_resource=settings.kubernetes_gpu_resource,
                 storage_class=settings.kubernetes_storage_class,
                 image_pull_policy="Never" if settings.image_pull == "never" else "IfNotPresent",
+                hami=settings.kubernetes_hami,
             ),
             default_disk_gb=settings.default_disk_gb,
         )

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
         default=None, description="Data volumes' storage class; unset: the cluster's default."
     )
     kubernetes_gpu_resource: str = "nvidia.com/gpu"
+    kubernetes_hami: bool = Field(
+        default=False,
+        description="HAMi is installed: a share asks for nvidia.com/gpumem and gpucores.",
+    )
     kubernetes_start_timeout_s: float = Field(
         default=300.0, gt=0, description="How long a start waits for its pod to run."
     )

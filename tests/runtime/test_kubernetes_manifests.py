@@ -134,3 +134,18 @@ def test_state_of_a_pod_and_of_a_stopped_record() -> None:
     stopped = manifests.state_of_record(record)
     assert not stopped.running and stopped.status == "exited"
     assert stopped.finished_at is not None and stopped.finished_at.hour == 4
+
+
+def test_a_share_asks_hami_only_where_it_is_installed() -> None:
+    share = dataclasses.replace(SPEC, gpu_uuids=("GPU-1",), share_milli=250, share_memory_mb=20480)
+    whole = valid(manifests.pod(share, manifests.PodOptions()))
+    assert whole["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert "nvidia.com/gpumem" not in whole["spec"]["containers"][0]["resources"]["limits"]
+    hami = manifests.PodOptions(hami=True)
+    pod = valid(manifests.pod(share, hami))
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert (limits["nvidia.com/gpumem"], limits["nvidia.com/gpucores"]) == ("20480", "25")
+    record = valid(manifests.recorded(pod, LABELS))
+    assert record["data"]["environment"] == (
+        'CUDA_DEVICE_MEMORY_LIMIT="20480m"\nCUDA_DEVICE_SM_LIMIT="25"\n'
+    )

@@ -6,6 +6,7 @@ label, and the API's errors in gpudock's terms."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import docker
@@ -33,19 +34,20 @@ DEADLINE_S = 90.0  # a pod start is a container start on a loaded machine
 def cluster(engine: docker.DockerClient) -> Iterator[FakeKubeCluster]:
     tag_test_image(engine.api)
     with FakeKubeCluster(engine.api) as made:
-        made.add_node("gpu-a", gpus=2, product="NVIDIA-A100-SXM4-80GB")
+        made.add_node("gpu-a", gpus=2, product="NVIDIA-A100-SXM4-80GB", hami_memory_mb=81920)
         yield made
 
 
 @pytest.fixture
 def kube(cluster: FakeKubeCluster, tmp_path: Path) -> Iterator[Platform]:
-    """A platform whose runtime and GPU inventory are the fake cluster."""
+    """A platform whose runtime and GPU inventory are the fake cluster, HAMi on."""
     kubeconfig = cluster.kubeconfig(tmp_path)
     settings = Settings(
         data_dir=tmp_path / "data",
         runtime="kubernetes",
         kubeconfig=kubeconfig,
         kubernetes_start_timeout_s=DEADLINE_S,
+        kubernetes_hami=True,
         image_pull="missing",
     )
     platform = open_platform(settings, runtime=default_runtime(settings))
@@ -105,6 +107,33 @@ def test_lifecycle_pod_on_the_placed_node_and_data_across_a_stop(
     drain_until(kube, created.id, InstanceStatus.DELETED)
     for kind in ("Pod", "PersistentVolumeClaim", "ConfigMap"):
         assert cluster.objects(kind, namespace) == [], kind
+
+
+def test_a_share_asks_hami_for_its_memory_and_cores_and_keeps_them_in_etc_environment(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    ctx = kube.ctx
+    bob = users.create_user(ctx, "bob").user
+    request = InstanceRequest(
+        gpu_model="A100-80GB",
+        gpu_count=1,
+        gpu_share=Decimal("0.25"),
+        name="part",
+        image=TEST_IMAGE,
+    )
+    created = instances.create_instance(ctx, bob, request)
+    drain_until(kube, created.id, InstanceStatus.RUNNING)
+    namespace = f"gpudock-{ctx.cluster_id}-u-{bob.id}"
+    [pod] = cluster.objects("Pod", namespace)
+    container = pod["spec"]["containers"][0]
+    limits = container["resources"]["limits"]
+    assert (limits["nvidia.com/gpu"], limits["nvidia.com/gpumem"]) == ("1", "20480")
+    assert limits["nvidia.com/gpucores"] == "25"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["CUDA_DEVICE_MEMORY_LIMIT"] == "20480m" and env["CUDA_DEVICE_SM_LIMIT"] == "25"
+    etc_environment = cluster.exec(namespace, pod["metadata"]["name"], ["cat", "/etc/environment"])
+    assert 'CUDA_DEVICE_MEMORY_LIMIT="20480m"' in etc_environment
+    assert 'CUDA_DEVICE_SM_LIMIT="25"' in etc_environment
 
 
 def _orphan_spec(platform: Platform, instance_id: str) -> ContainerSpec:

@@ -92,6 +92,10 @@ class ContainerSpec:
     # A job's shell command line: the container's main process, `/bin/sh -c` it
     # (the arguments of the image's entry point, if it has one); None: keep-alive.
     command: str | None = None
+    # A share of one GPU (`gpu_uuids` holds that one): its milli-GPU and its part
+    # of the card's memory, for runtimes that ask a device plugin for it (HAMi).
+    share_milli: int | None = None
+    share_memory_mb: int = 0
 
 
 def shm_size_mb(spec: ContainerSpec) -> int:

@@ -91,8 +91,10 @@ class FakeKubeCluster:
         memory: str = "256Gi",
         labels: dict[str, str] | None = None,
         ready: bool = True,
+        hami_memory_mb: int = 0,
     ) -> Obj:
-        """A node as NVIDIA's device plugin and GPU feature discovery label one."""
+        """A node as NVIDIA's device plugin and GPU feature discovery label one;
+        `hami_memory_mb`: each card's memory, offered as HAMi's gpumem and gpucores."""
         all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", **(labels or {})}
         allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
         if gpus:
@@ -104,6 +106,9 @@ class FakeKubeCluster:
             all_labels.setdefault("nvidia.com/cuda.driver.rev", "15")
             all_labels.setdefault("nvidia.com/cuda.runtime.major", "12")
             all_labels.setdefault("nvidia.com/cuda.runtime.minor", "4")
+        if hami_memory_mb:
+            allocatable["nvidia.com/gpumem"] = str(gpus * hami_memory_mb)
+            allocatable["nvidia.com/gpucores"] = str(gpus * 100)
         node = {
             "apiVersion": "v1",
             "kind": "Node",

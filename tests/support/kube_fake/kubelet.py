@@ -19,8 +19,11 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import shutil
+import tempfile
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -34,6 +37,7 @@ LABEL_FAKE = "kfake.cluster"
 LABEL_POD = "kfake.pod"
 log = logging.getLogger(__name__)
 
+CONFIG_MAPS = by_kind("ConfigMap")
 PODS, NODES, CLAIMS, EVENTS = (
     by_kind(k) for k in ("Pod", "Node", "PersistentVolumeClaim", "Event")
 )
@@ -93,6 +97,7 @@ class DockerKubelet:
             self.api.volumes(filters={"label": f"{LABEL_FAKE}={self.cluster}"}).get("Volumes") or []
         ):
             self.api.remove_volume(volume["Name"], force=True)
+        shutil.rmtree(Path(tempfile.gettempdir()) / f"kfake-{self.cluster}", ignore_errors=True)
 
     # -- the loop ----------------------------------------------------------
     def _loop(self) -> None:
@@ -274,6 +279,9 @@ class DockerKubelet:
                     "bind": mount["mountPath"],
                     "mode": "ro" if mount.get("readOnly") else "rw",
                 }
+            elif "configMap" in volume:
+                source = self._config_map_file(meta, volume, mount)
+                binds[source] = {"bind": mount["mountPath"], "mode": "ro"}
             elif (volume.get("emptyDir") or {}).get("medium") == "Memory":
                 size = volume["emptyDir"].get("sizeLimit")
                 tmpfs[mount["mountPath"]] = f"size={int(quantity(size))}" if size else ""
@@ -306,6 +314,19 @@ class DockerKubelet:
             "host_config": host_config,
             "detach": True,
         }
+
+    def _config_map_file(self, meta: Obj, volume: Obj, mount: Obj) -> str:
+        """The config map's key `mount.subPath` names, as a file on this host
+        (the engine is local) for a read-only bind mount."""
+        config_map = self.store.get(CONFIG_MAPS, meta["namespace"], volume["configMap"]["name"])
+        paths = {i["path"]: i["key"] for i in volume["configMap"].get("items") or []}
+        key = paths.get(mount.get("subPath", ""), mount.get("subPath", ""))
+        directory = Path(tempfile.gettempdir()) / f"kfake-{self.cluster}" / meta["uid"]
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / key
+        target.write_text((config_map.get("data") or {}).get(key, ""))
+        target.chmod(0o644)
+        return str(target)
 
     # -- status --------------------------------------------------------------
     def _follow(self, pod: Obj, summary: dict[str, Any]) -> None:

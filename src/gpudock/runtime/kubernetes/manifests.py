@@ -36,6 +36,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 ANNOTATION_NAME = "gpudock.name"
 ANNOTATION_FINISHED = "gpudock.finished-at"  # on a stopped instance's recorded manifest
 MANIFEST_KEY = "pod.json"
+ENVIRONMENT_KEY = "environment"  # the record's /etc/environment for a share's pod
+HAMI_MEMORY = "nvidia.com/gpumem"  # MiB of the card
+HAMI_CORES = "nvidia.com/gpucores"  # percent of its SMs
 CONTAINER = "main"
 POLICY_NAME = "gpudock-tenant-isolation"
 KEEPALIVE_ARGS = ["sleep", "infinity"]
@@ -60,6 +63,7 @@ class PodOptions:
     gpu_resource: str = GPU_RESOURCE
     storage_class: str | None = None
     image_pull_policy: str = "IfNotPresent"
+    hami: bool = False  # a share asks HAMi for its memory and cores (else a whole GPU)
 
 
 def kube_name(name: str) -> str:
@@ -126,6 +130,21 @@ def pod(spec: ContainerSpec, options: PodOptions) -> Obj:
             },
         ],
     }
+    if hami_share(spec, options):
+        # The limits also in /etc/environment, so daemons a user starts later
+        # (with a login's environment, not the container's) keep them.
+        pod_spec["volumes"].append(
+            {
+                "name": "environment",
+                "configMap": {
+                    "name": kube_name(spec.name),
+                    "items": [{"key": ENVIRONMENT_KEY, "path": "environment"}],
+                },
+            }
+        )
+        pod_spec["containers"][0]["volumeMounts"].append(
+            {"name": "environment", "mountPath": "/etc/environment", "subPath": "environment"}
+        )
     host = spec.labels.get(LABEL_HOST)
     if host:
         pod_spec["nodeName"] = host  # gpudock's placement chose the node
@@ -150,6 +169,10 @@ def _container(spec: ContainerSpec, options: PodOptions, gpus: int) -> Obj:
     limits: Obj = {"cpu": _cpu(spec.cpus), "memory": f"{spec.memory_mb}Mi"}
     if gpus:
         limits[options.gpu_resource] = str(gpus)
+    if hami_share(spec, options):
+        env.update(share_limits(spec))
+        limits[HAMI_MEMORY] = str(spec.share_memory_mb)
+        limits[HAMI_CORES] = str(share_cores(spec))
     return {
         "name": CONTAINER,
         "image": spec.image,
@@ -171,19 +194,41 @@ def _container(spec: ContainerSpec, options: PodOptions, gpus: int) -> Obj:
     }
 
 
+def hami_share(spec: ContainerSpec, options: PodOptions) -> bool:
+    return options.hami and spec.share_milli is not None and bool(spec.gpu_uuids)
+
+
+def share_cores(spec: ContainerSpec) -> int:
+    return max(1, (spec.share_milli or 0) // 10)
+
+
+def share_limits(spec: ContainerSpec) -> dict[str, str]:
+    """What HAMi-core enforces in the container, as gpudock's Docker shares say it."""
+    return {
+        "CUDA_DEVICE_MEMORY_LIMIT": f"{spec.share_memory_mb}m",
+        "CUDA_DEVICE_SM_LIMIT": str(share_cores(spec)),
+    }
+
+
 def _cpu(cpus: float) -> str:
     return f"{round(cpus * 1000)}m"
 
 
 def recorded(pod_manifest: Obj, labels: dict[str, str]) -> Obj:
     """The ConfigMap that holds a created (or stopped) instance's pod manifest:
-    the "container" that exists while no pod runs."""
+    the "container" that exists while no pod runs; for a share under HAMi, also
+    the /etc/environment its pod mounts."""
     meta = pod_manifest["metadata"]
+    data = {MANIFEST_KEY: json.dumps(pod_manifest, sort_keys=True)}
+    env = {e["name"]: e["value"] for e in pod_manifest["spec"]["containers"][0]["env"]}
+    if any(v.get("name") == "environment" for v in pod_manifest["spec"]["volumes"]):
+        lines = [f'{k}="{env[k]}"' for k in ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT")]
+        data[ENVIRONMENT_KEY] = "\n".join(lines) + "\n"
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(original_name(meta), labels, meta["namespace"]),
-        "data": {MANIFEST_KEY: json.dumps(pod_manifest, sort_keys=True)},
+        "data": data,
     }
 
 
