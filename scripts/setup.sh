@@ -32,7 +32,8 @@ fi
 if [ $with_tests = 1 ] && [ ! -x /opt/debian-kubectl/usr/bin/kubectl ]; then
     echo "==> unpacking Debian's kubernetes-client into /opt/debian-kubectl"
     deb_dir=$(mktemp -d)
-    (cd "$deb_dir" && chmod 777 . && apt-get download -q kubernetes-client)
+    download() { (cd "$deb_dir" && chmod 777 . && apt-get download -q kubernetes-client); }
+    download || { apt-get update -q && download; }
     dpkg -x "$deb_dir"/kubernetes-client_*.deb /opt/debian-kubectl
     rm -rf "$deb_dir"
 fi

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import docker
 import pytest
+from sqlalchemy import select
 
-from gpudock.db.models import HostModel, InstanceModel, InstanceStatus
+from gpudock.db.models import GpuDeviceModel, GpuState, HostModel, InstanceModel, InstanceStatus
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.platform import Platform, default_runtime, open_platform
+from gpudock.reconcile import gpu_health
 from gpudock.reconcile.garbage import collect_garbage
 from gpudock.runtime.base import ContainerSpec
 from gpudock.runtime.kubernetes import KubernetesRuntime
@@ -203,3 +205,17 @@ def test_an_unreachable_api_is_runtime_unavailable(tmp_path: Path) -> None:
         runtime.list_containers({"gpudock.managed": "true"})
     with pytest.raises(RuntimeUnavailable):
         runtime.engine_info()
+
+
+def test_a_node_that_goes_not_ready_takes_its_gpus_out_of_service(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    def states() -> set[GpuState]:
+        with kube.ctx.sessions() as session:
+            return {gpu.state for gpu in session.scalars(select(GpuDeviceModel))}
+
+    gpu_health.health_pass(kube.ctx, gpu_health.HealthWatch())
+    assert states() == {GpuState.HEALTHY}
+    cluster.set_node_ready("gpu-a", False)
+    gpu_health.health_pass(kube.ctx, gpu_health.HealthWatch())
+    assert GpuState.HEALTHY not in states()
