@@ -5,6 +5,9 @@ label, and the API's errors in gpudock's terms."""
 
 from __future__ import annotations
 
+import select as io_select
+import socket
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -219,3 +222,50 @@ def test_a_node_that_goes_not_ready_takes_its_gpus_out_of_service(
     cluster.set_node_ready("gpu-a", False)
     gpu_health.health_pass(kube.ctx, gpu_health.HealthWatch())
     assert GpuState.HEALTHY not in states()
+
+
+def _read_to_end(sock: socket.socket, deadline: float) -> bytes:
+    data = b""
+    while time.monotonic() < deadline:
+        readable, _, _ = io_select.select([sock], [], [], deadline - time.monotonic())
+        if not readable:
+            break
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"no end of output; read {data!r}")
+
+
+def test_a_session_is_pod_exec_over_websocket(kube: Platform, cluster: FakeKubeCluster) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-000session")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    state = runtime.start_container(runtime.create_container(spec).id)
+    script = 'read line; echo "got $line as $WHO"; echo oops >&2; exit 3'
+    session = runtime.open_exec_stream(
+        state.id, ["sh", "-c", script], tty=False, env={"WHO": "alice"}
+    )
+    assert session.err_sock is not None
+    session.sock.sendall(b"hello\n")
+    session.sock.shutdown(socket.SHUT_WR)
+    deadline = time.monotonic() + DEADLINE_S
+    assert _read_to_end(session.sock, deadline) == b"got hello as alice\n"
+    assert _read_to_end(session.err_sock, deadline) == b"oops\n"
+    assert wait_for(lambda: runtime.exec_exit_code(session.exec_id), "the exit code") == 3
+    paths = {p.partition("?")[0] for _, p in cluster.api.requests}
+    assert not any(p.endswith("/exec") for p in paths)  # a WebSocket, not a REST call
+    session.sock.close()
+    session.err_sock.close()
+
+
+def test_commands_and_files_go_into_a_pod_through_exec(kube: Platform) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-0000putfile")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    state = runtime.start_container(runtime.create_container(spec).id)
+    runtime.put_file(state.id, "/usr/local/lib/gpudock/tool.sh", b"#!/bin/sh\necho tool ran\n")
+    ran = runtime.exec_in_container(spec.name, ["/usr/local/lib/gpudock/tool.sh"])
+    assert (ran.exit_code, ran.output) == (0, b"tool ran\n")
+    failed = runtime.exec_in_container(spec.name, ["sh", "-c", "echo no >&2; exit 4"])
+    assert (failed.exit_code, failed.output) == (4, b"no\n")

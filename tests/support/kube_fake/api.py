@@ -21,9 +21,11 @@ import kubernetes_validate
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from tests.support.kube_fake import defaults
+from tests.support.kube_fake.exec import serve_exec
 from tests.support.kube_fake.selectors import field_selector, label_selector
 from tests.support.kube_fake.statuses import ApiError
 from tests.support.kube_fake.store import RESOURCES, Obj, Resource, Store, resource
@@ -170,17 +172,27 @@ class FakeApi:
     """The ASGI app over a `Store`; `token`: the bearer token a request that
     carries one must carry."""
 
-    def __init__(self, store: Store, token: str) -> None:
+    def __init__(self, store: Store, token: str, engine: Any = None) -> None:
+        """`engine`: the Docker Engine the kubelet runs pods on (pod exec needs it)."""
         self.store = store
         self.token = token
+        self.engine = engine
         self.requests: list[tuple[str, str]] = []  # (method, path?query): what clients sent
+        verbs = ["GET", "POST", "PUT", "PATCH", "DELETE"]
         self.app = Starlette(
             routes=[
-                Route(
-                    "/{path:path}", self.handle, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]
-                )
+                WebSocketRoute("/api/v1/namespaces/{namespace}/pods/{pod}/exec", self.exec),
+                Route("/{path:path}", self.handle, methods=verbs),
             ]
         )
+
+    async def exec(self, websocket: WebSocket) -> None:
+        given = websocket.headers.get("authorization")
+        if given is not None and given != f"Bearer {self.token}":
+            await websocket.close(code=1008, reason="Unauthorized")
+            return
+        params = websocket.path_params
+        await serve_exec(websocket, self.store, self.engine, params["namespace"], params["pod"])
 
     async def handle(self, request: Request) -> Response:
         self.requests.append(

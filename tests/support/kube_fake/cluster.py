@@ -34,7 +34,7 @@ class FakeKubeCluster:
         self.store = Store()
         self.token = secrets.token_hex(16)
         self.name = secrets.token_hex(4)  # labels this cluster's containers and volumes
-        self.api = FakeApi(self.store, self.token)
+        self.api = FakeApi(self.store, self.token, docker_api)
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"

@@ -31,6 +31,7 @@ from gpudock.runtime.base import (
 from gpudock.runtime.kubernetes import manifests
 from gpudock.runtime.kubernetes.api import KubeApi, connect, translated
 from gpudock.runtime.kubernetes.claims import KubeClaims
+from gpudock.runtime.kubernetes.exec import PodExecs
 from gpudock.runtime.kubernetes.pods import KubePods
 from gpudock.runtime.kubernetes.tenants import KubeTenants
 from gpudock.runtime.kubernetes.units import bytes_of, cpus_of
@@ -63,6 +64,7 @@ class KubernetesRuntime:
         self._tenants = KubeTenants(self._api)
         self._pods = KubePods(self._api, self._tenants, options, start_timeout_s)
         self._claims = KubeClaims(self._api, self._tenants, options, default_disk_gb)
+        self._execs = PodExecs(self._api)
 
     def close(self) -> None:
         self._api.close()
@@ -181,10 +183,27 @@ class KubernetesRuntime:
         return None  # the nodes' processes cannot be seen from the server
 
     def exec_in_container(self, container_id: str, command: list[str]) -> ExecResult:
-        unsupported("running a command in an instance")
+        namespace, name = self._running(container_id)
+        with translated(f"exec in container {container_id}"):
+            return self._execs.run(namespace, name, command, b"", self._api.timeout_s)
 
     def put_file(self, container_id: str, path: str, data: bytes, mode: int = 0o755) -> None:
-        unsupported("copying a file into an instance")
+        """Written by a shell in the pod, the data on its stdin: needs `sh` and
+        `cat` in the image (a pod has no archive endpoint)."""
+        namespace, name = self._running(container_id)
+        script = 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"'
+        command = ["sh", "-c", script, "put_file", path, f"{mode:o}"]
+        with translated(f"copy {path} into {container_id}"):
+            done = self._execs.run(namespace, name, command, data, self._api.timeout_s)
+        if done.exit_code != 0:
+            raise RuntimeFailure(f"could not write {path} in {container_id}: {done.output!r}")
+
+    def _running(self, container_id: str) -> tuple[str, str]:
+        state = self._pods.inspect(container_id)
+        if state is None or not state.running:
+            raise RuntimeFailure(f"container {container_id} is not running")
+        namespace, _, name = state.id.partition("/")
+        return namespace, name
 
     # -- tenant networks (namespaces) ------------------------------------------
     def ensure_network(self, name: str, labels: dict[str, str]) -> None:
@@ -200,13 +219,16 @@ class KubernetesRuntime:
     def open_exec_stream(
         self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
     ) -> ExecStream:
-        unsupported("SSH sessions (pod exec)")
+        """Pod exec over WebSocket (see `runtime.kubernetes.exec`)."""
+        namespace, name = self._running(container_id)
+        with translated(f"start a session in container {container_id}"):
+            return self._execs.open(namespace, name, command, tty, env)
 
     def resize_exec(self, exec_id: str, width: int, height: int) -> None:
-        unsupported("SSH sessions (pod exec)")
+        self._execs.resize(exec_id, width, height)
 
     def exec_exit_code(self, exec_id: str) -> int | None:
-        unsupported("SSH sessions (pod exec)")
+        return self._execs.exit_code(exec_id)
 
     def port_socket(self, container_id: str, port: int) -> PortSocket:
         unsupported("service URLs (port-forward)")
