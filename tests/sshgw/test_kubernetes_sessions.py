@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from gpudock.settings import Settings
 from gpudock.sshgw.gateway import SshGateway
 from tests.support.docker import docker_client
 from tests.support.kube_fake import TEST_IMAGE, FakeKubeCluster, tag_test_image
-from tests.support.sshgw import SSH_OPTIONS, GatewayThread, World, populate_world
+from tests.support.sshgw import SSH_OPTIONS, GatewayThread, World, populate_world, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -82,3 +84,40 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
     result = subprocess.run(argv, capture_output=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     return result
+
+
+def test_a_local_forward_reaches_a_server_in_the_pod(world: World) -> None:
+    start = (
+        "mkdir -p /root/www && echo 'hello from the pod' > /root/www/hello.txt && "
+        "(nohup python3 -m http.server 8765 --bind 127.0.0.1 --directory /root/www "
+        ">/dev/null 2>&1 &)"
+    )
+    assert world.ssh("train", start).returncode == 0
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        local = int(probe.getsockname()[1])
+    tunnel = subprocess.Popen(
+        world.ssh_argv(
+            "-N",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-L",
+            f"{local}:localhost:8765",
+            "train@127.0.0.1",
+        ),
+        stderr=subprocess.PIPE,
+    )
+    try:
+        url = f"http://127.0.0.1:{local}/hello.txt"
+        assert wait_for(lambda: _fetch(url), f"{url} through the tunnel") == b"hello from the pod\n"
+    finally:
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+
+
+def _fetch(url: str) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 (http to loopback)
+            return bytes(response.read())
+    except OSError:
+        return None
