@@ -269,3 +269,31 @@ def test_commands_and_files_go_into_a_pod_through_exec(kube: Platform) -> None:
     assert (ran.exit_code, ran.output) == (0, b"tool ran\n")
     failed = runtime.exec_in_container(spec.name, ["sh", "-c", "echo no >&2; exit 4"])
     assert (failed.exit_code, failed.output) == (4, b"no\n")
+
+
+def test_port_socket_reaches_the_pods_loopback_through_port_forward(kube: Platform) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-00000ports")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    state = runtime.start_container(runtime.create_container(spec).id)
+    server = (
+        "import socket\n"
+        "s = socket.create_server(('127.0.0.1', 8123))\n"
+        "c, _ = s.accept()\n"
+        "c.sendall(b'pong:' + c.recv(10))\n"
+    )
+    runtime.put_file(state.id, "/root/echo.py", server.encode())
+    session = runtime.open_exec_stream(state.id, ["python3", "/root/echo.py"], tty=False, env={})
+
+    def exchange() -> bytes | None:
+        made = runtime.port_socket(state.id, 8123)
+        with made.sock:
+            made.sock.settimeout(10)
+            made.sock.connect(made.address)
+            made.sock.sendall(b"ping")
+            answer = made.sock.recv(100)
+        return answer or None  # empty: the server was not listening yet
+
+    assert wait_for(exchange, "an answer through port-forward", DEADLINE_S) == b"pong:ping"
+    assert wait_for(lambda: runtime.exec_exit_code(session.exec_id) == 0, "the server to end")
+    session.sock.close()

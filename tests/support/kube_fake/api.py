@@ -26,6 +26,7 @@ from starlette.websockets import WebSocket
 
 from tests.support.kube_fake import defaults
 from tests.support.kube_fake.exec import serve_exec
+from tests.support.kube_fake.portforward import serve_portforward
 from tests.support.kube_fake.selectors import field_selector, label_selector
 from tests.support.kube_fake.statuses import ApiError
 from tests.support.kube_fake.store import RESOURCES, Obj, Resource, Store, resource
@@ -182,6 +183,9 @@ class FakeApi:
         self.app = Starlette(
             routes=[
                 WebSocketRoute("/api/v1/namespaces/{namespace}/pods/{pod}/exec", self.exec),
+                WebSocketRoute(
+                    "/api/v1/namespaces/{namespace}/pods/{pod}/portforward", self.portforward
+                ),
                 Route("/{path:path}", self.handle, methods=verbs),
             ]
         )
@@ -193,6 +197,16 @@ class FakeApi:
             return
         params = websocket.path_params
         await serve_exec(websocket, self.store, self.engine, params["namespace"], params["pod"])
+
+    async def portforward(self, websocket: WebSocket) -> None:
+        given = websocket.headers.get("authorization")
+        if given is not None and given != f"Bearer {self.token}":
+            await websocket.close(code=1008, reason="Unauthorized")
+            return
+        params = websocket.path_params
+        await serve_portforward(
+            websocket, self.store, self.engine, params["namespace"], params["pod"]
+        )
 
     async def handle(self, request: Request) -> Response:
         self.requests.append(

@@ -33,6 +33,7 @@ from gpudock.runtime.kubernetes.api import KubeApi, connect, translated
 from gpudock.runtime.kubernetes.claims import KubeClaims
 from gpudock.runtime.kubernetes.exec import PodExecs
 from gpudock.runtime.kubernetes.pods import KubePods
+from gpudock.runtime.kubernetes.ports import PodPorts
 from gpudock.runtime.kubernetes.tenants import KubeTenants
 from gpudock.runtime.kubernetes.units import bytes_of, cpus_of
 
@@ -65,6 +66,7 @@ class KubernetesRuntime:
         self._pods = KubePods(self._api, self._tenants, options, start_timeout_s)
         self._claims = KubeClaims(self._api, self._tenants, options, default_disk_gb)
         self._execs = PodExecs(self._api)
+        self._ports = PodPorts(self._api)
 
     def close(self) -> None:
         self._api.close()
@@ -231,4 +233,6 @@ class KubernetesRuntime:
         return self._execs.exit_code(exec_id)
 
     def port_socket(self, container_id: str, port: int) -> PortSocket:
-        unsupported("service URLs (port-forward)")
+        """Pod port-forward behind a one-shot listener (see `runtime.kubernetes.ports`)."""
+        namespace, name = self._running(container_id)
+        return self._ports.socket_for(namespace, name, port)
