@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from kubernetes.client.exceptions import ApiException
 
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
-from gpudock.runtime.base import LABEL_MANAGED, ContainerSpec, ContainerState
+from gpudock.runtime.base import LABEL_GPUS, LABEL_MANAGED, ContainerSpec, ContainerState
 from gpudock.runtime.kubernetes import manifests
 from gpudock.runtime.kubernetes.api import Exists, KubeApi, Missing, Obj, expired, translated
 from gpudock.runtime.kubernetes.tenants import KubeTenants, has_labels, selector
@@ -100,8 +100,11 @@ class KubePods:
                 made = self._api.call(core.create_namespaced_config_map, namespace, record)
             except Exists:
                 running = self._pod(namespace, name)
-                if running is not None:  # an earlier attempt started it: that one
-                    return manifests.state_of_pod(running)
+                if running is not None and _same_placement(running, pod):
+                    return manifests.state_of_pod(running)  # an earlier attempt started it
+                if running is not None:  # made for other GPUs or another node: no layer to keep
+                    self._delete_pod(namespace, name, grace_s=0)
+                    self._wait_gone(namespace, name, running, REMOVAL_GRACE_S)
                 made = self._api.call(core.replace_namespaced_config_map, name, namespace, record)
         return manifests.state_of_record(made)
 
@@ -112,16 +115,17 @@ class KubePods:
             if record is None:
                 raise RuntimeFailure(f"no such container: {container_id}")
             pod = self._pod(namespace, name)
-            if pod is not None and manifests.state_of_pod(pod).running:
-                return manifests.state_of_pod(pod)
-            if pod is not None:  # ended, or going: it makes way for the new one
+            if pod is not None and _ended(pod):  # it makes way for the new one
                 self._delete_pod(namespace, name, grace_s=0)
                 self._wait_gone(namespace, name, pod, REMOVAL_GRACE_S)
-            manifest = json.loads(record["data"][manifests.MANIFEST_KEY])
-            try:
-                pod = self._api.call(self._api.core.create_namespaced_pod, namespace, manifest)
-            except Exists:
-                pod = self._pod(namespace, name) or manifest
+                pod = None
+            if pod is None:
+                manifest = json.loads(record["data"][manifests.MANIFEST_KEY])
+                try:
+                    pod = self._api.call(self._api.core.create_namespaced_pod, namespace, manifest)
+                except Exists:
+                    pod = self._pod(namespace, name) or manifest
+            # A pod still pending (an image pull) is waited for again, not made anew.
             return self._wait_running(namespace, name, pod)
 
     def stop(self, container_id: str, timeout_s: int) -> ContainerState | None:
@@ -254,6 +258,20 @@ class KubePods:
         raise RuntimeUnavailable(
             f"pod {namespace}/{name} is not running after {self._start_timeout_s:g} s ({reason})"
         )
+
+
+def _ended(pod: Obj) -> bool:
+    """It will not run again: its container ended, the kubelet refused it, or it is going."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed") or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _same_placement(found: Obj, wanted: Obj) -> bool:
+    def placement(pod: Obj) -> tuple[str, str]:
+        labels = manifests.gpudock_labels(pod["metadata"])
+        return str(pod["spec"].get("nodeName", "")), labels.get(LABEL_GPUS, "")
+
+    return placement(found) == placement(wanted)
 
 
 def _waiting_reason(pod: Obj) -> str | None:
