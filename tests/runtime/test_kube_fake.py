@@ -5,9 +5,11 @@ apiserver's `Status` bodies."""
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -137,6 +139,13 @@ def test_watch_from_a_resource_version_and_410_gone_when_compacted(
     assert "too old resource version" in str(gone.value.reason)
 
 
+def _line(stream: IO[str]) -> str:
+    """The next line kubectl prints, within the deadline."""
+    readable, _, _ = select.select([stream], [], [], DEADLINE_S)
+    assert readable, "kubectl printed nothing"
+    return stream.readline().strip()
+
+
 def test_kubectl_applies_gets_watches_and_deletes(cluster: FakeKubeCluster, tmp_path: Path) -> None:
     manifest = tmp_path / "cm.json"
     body = {
@@ -162,11 +171,11 @@ def test_kubectl_applies_gets_watches_and_deletes(cluster: FakeKubeCluster, tmp_
     )
     try:
         assert watcher.stdout is not None
-        assert watcher.stdout.readline().strip() == "configmap/cm"  # the list
+        assert _line(watcher.stdout) == "configmap/cm"  # the list
         body["metadata"]["labels"] = {"v": "2"}  # type: ignore[index]
         manifest.write_text(json.dumps(body))
         kubectl(cluster, tmp_path, "apply", "--validate=false", "-n", "demo", "-f", str(manifest))
-        assert watcher.stdout.readline().strip() == "configmap/cm"  # the change, watched
+        assert _line(watcher.stdout) == "configmap/cm"  # the change, watched
     finally:
         watcher.kill()
         watcher.wait(timeout=DEADLINE_S)
