@@ -97,6 +97,7 @@ def default_runtime(settings: Settings) -> Runtime:
                 hami=settings.kubernetes_hami,
             ),
             default_disk_gb=settings.default_disk_gb,
+            copy_timeout_s=settings.volume_copy_timeout_s,
         )
     from gpudock.runtime.docker import DockerRuntime
 

@@ -24,6 +24,7 @@ from gpudock.reconcile.garbage import collect_garbage
 from gpudock.runtime.base import ContainerSpec
 from gpudock.runtime.kubernetes import KubernetesRuntime
 from gpudock.services.accounts import users
+from gpudock.services.fleet import inventory
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.actions import InstanceRequest
@@ -53,6 +54,7 @@ def kube(cluster: FakeKubeCluster, tmp_path: Path) -> Iterator[Platform]:
         kubeconfig=kubeconfig,
         kubernetes_start_timeout_s=DEADLINE_S,
         kubernetes_hami=True,
+        volume_copy_timeout_s=DEADLINE_S,
         image_pull="missing",
     )
     platform = open_platform(settings, runtime=default_runtime(settings))
@@ -297,3 +299,59 @@ def test_port_socket_reaches_the_pods_loopback_through_port_forward(kube: Platfo
     assert wait_for(exchange, "an answer through port-forward", DEADLINE_S) == b"pong:ping"
     assert wait_for(lambda: runtime.exec_exit_code(session.exec_id) == 0, "the server to end")
     session.sock.close()
+
+
+def test_a_data_volume_is_copied_by_a_helper_pod_mounting_both_claims(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-000000copy")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    state = runtime.start_container(runtime.create_container(spec).id)
+    runtime.put_file(state.id, "/root/data/model/weights.bin", b"w" * 100_000, 0o640)
+    target = f"{spec.volume_name}-elsewhere"
+    runtime.ensure_volume(target, spec.labels, 1)
+    copied = runtime.copy_volume(
+        spec.volume_name,
+        target,
+        image=TEST_IMAGE,
+        helper_name=f"{spec.name}-move",
+        labels=spec.labels,
+    )
+    assert copied >= 100_000
+    assert [p for p in cluster.objects("Pod") if p["metadata"]["name"].endswith("-move")] == []
+    moved = ContainerSpec(**{**spec.__dict__, "name": f"{spec.name}-b", "volume_name": target})
+    there = runtime.start_container(runtime.create_container(moved).id)
+    listing = runtime.exec_in_container(
+        there.id, ["stat", "-c", "%s %a", "/root/data/model/weights.bin"]
+    )
+    assert listing.output == b"100000 640\n"
+
+
+def test_an_instance_on_a_lost_node_moves_to_another_with_its_data(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    ctx = kube.ctx
+    carol = users.create_user(ctx, "carol").user
+    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="mover", image=TEST_IMAGE)
+    created = instances.create_instance(ctx, carol, request)
+    drain_until(kube, created.id, InstanceStatus.RUNNING)
+    namespace = f"gpudock-{ctx.cluster_id}-u-{carol.id}"
+    name = containers.container_name(ctx.cluster_id, created.id)
+    cluster.exec(namespace, name, ["sh", "-c", "echo travels > /root/data/f"])
+    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
+    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
+    cluster.set_node_ready("gpu-a", False)
+    gpu_health.health_pass(ctx, gpu_health.HealthWatch())
+
+    def on_b() -> dict[str, object] | None:
+        kube.reconciler.drain()
+        pods = cluster.objects("Pod", namespace)
+        running = [p for p in pods if p["metadata"]["name"] == name]
+        if running and running[0]["spec"]["nodeName"] == "gpu-b":
+            return running[0] if running[0]["status"].get("phase") == "Running" else None
+        return None
+
+    wait_for(on_b, "the instance's pod on gpu-b", DEADLINE_S)
+    drain_until(kube, created.id, InstanceStatus.RUNNING)
+    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "travels\n"

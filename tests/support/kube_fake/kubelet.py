@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import io
 import logging
 import shutil
+import tarfile
 import tempfile
 import threading
 from datetime import UTC, datetime
@@ -72,6 +74,7 @@ class DockerKubelet:
         self.store, self.api, self.cluster = store, api, cluster
         self._stop = threading.Event()
         self._busy: set[str] = set()  # pod uids with a slow step (create, stop) under way
+        self._messages: dict[str, str] = {}  # container id → its termination message
         self._lock = threading.Lock()
         self._workers = concurrent.futures.ThreadPoolExecutor(8, "kfake-kubelet")
         self._thread = threading.Thread(target=self._loop, name="kfake-kubelet", daemon=True)
@@ -359,6 +362,7 @@ class DockerKubelet:
                     "startedAt": state["StartedAt"][:19] + "Z",
                     "finishedAt": state["FinishedAt"][:19] + "Z",
                     "containerID": f"docker://{attrs['Id']}",
+                    "message": self._termination_message(attrs["Id"], container),
                 }
             }
             phase = "Succeeded" if code == 0 else "Failed"
@@ -385,6 +389,20 @@ class DockerKubelet:
             ],
         }
         self._set_status(pod, status)
+
+    def _termination_message(self, container_id: str, container: Obj) -> str:
+        """The file at the container's terminationMessagePath, read once it ended."""
+        if container_id not in self._messages:
+            path = container.get("terminationMessagePath", "/dev/termination-log")
+            try:
+                chunks, _ = self.api.get_archive(container_id, path)
+                with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as archive:
+                    member = archive.extractfile(archive.getmembers()[0])
+                    text = member.read().decode() if member else ""
+            except (docker.errors.APIError, tarfile.TarError, IndexError):
+                text = ""
+            self._messages[container_id] = text
+        return self._messages[container_id]
 
     def _container_status(self, container: Obj, state: Obj) -> Obj:
         return {

@@ -58,6 +58,12 @@ class KubeClaims:
             i for i in found.get("items") or [] if manifests.original_name(i["metadata"]) == name
         ]
 
+    def labels_of(self, name: str) -> dict[str, str]:
+        """The gpudock labels of the claim (empty if there is none)."""
+        with translated(f"read volume claim {name}"):
+            found = self._named(name)
+        return manifests.gpudock_labels(found[0]["metadata"]) if found else {}
+
     def with_labels(self, labels: dict[str, str]) -> list[VolumeState]:
         with translated("list volume claims"):
             found = self._api.call(

@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime.base import (
+    LABEL_HOST,
     BuildJob,
     BuildLine,
     ContainerSpec,
@@ -28,7 +29,7 @@ from gpudock.runtime.base import (
     PortSocket,
     VolumeState,
 )
-from gpudock.runtime.kubernetes import manifests
+from gpudock.runtime.kubernetes import copies, manifests
 from gpudock.runtime.kubernetes.api import KubeApi, connect, translated
 from gpudock.runtime.kubernetes.claims import KubeClaims
 from gpudock.runtime.kubernetes.exec import PodExecs
@@ -54,6 +55,7 @@ class KubernetesRuntime:
         start_timeout_s: float = 300.0,
         options: manifests.PodOptions | None = None,
         default_disk_gb: int = 50,
+        copy_timeout_s: float = 24 * 3600.0,
         api: KubeApi | None = None,
     ) -> None:
         """`kubeconfig` (and its `context`); None: the service account of the
@@ -61,6 +63,7 @@ class KubernetesRuntime:
         how long `start_container` waits for a pod to run (image pulls included)
         before the reconciler is told to come back."""
         self._api = api or connect(kubeconfig, context, timeout_s)
+        self._copy_timeout_s = copy_timeout_s
         options = options or manifests.PodOptions()
         self._tenants = KubeTenants(self._api)
         self._pods = KubePods(self._api, self._tenants, options, start_timeout_s)
@@ -149,7 +152,18 @@ class KubernetesRuntime:
         labels: dict[str, str],
         on_progress: Callable[[int, int], None] | None = None,
     ) -> int:
-        unsupported("copying a data volume to another node")
+        """A helper pod mirrors one claim into the other (`runtime.kubernetes.copies`)."""
+        # On the target's node: a claim that waits for its first consumer binds there.
+        node = self._claims.labels_of(target).get(LABEL_HOST)
+        manifest = copies.helper_pod(helper_name, labels, image, source, target, node)
+        with translated(f"copy volume {source} to {target}"):
+            ended = self._pods.run_to_end(manifest, self._copy_timeout_s)
+            meta = ended["metadata"]
+            self._pods.remove_pod(meta["namespace"], meta["name"])
+        copied = copies.copied_bytes(ended, helper_name, self._copy_timeout_s)
+        if on_progress is not None:
+            on_progress(copied, copied)
+        return copied
 
     # -- containers (pods) ---------------------------------------------------
     def create_container(self, spec: ContainerSpec) -> ContainerState:

@@ -186,6 +186,26 @@ class KubePods:
             )
         return [s for s in states.values() if has_labels(s.labels, labels)]
 
+    def run_to_end(self, manifest: Obj, timeout_s: float) -> Obj:
+        """Create the pod (a leftover of the same name goes first) and return it
+        once it has ended or `timeout_s` has passed; the caller removes it."""
+        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        left = self._pod(namespace, name)
+        if left is not None:
+            self._delete_pod(namespace, name, grace_s=0)
+            self._wait_gone(namespace, name, left, REMOVAL_GRACE_S)
+        pod = self._api.call(self._api.core.create_namespaced_pod, namespace, manifest)
+        for seen in self._events(namespace, name, pod, timeout_s):
+            if seen is None:
+                break
+            pod = seen
+            if _ended(seen) or _refusal(seen) is not None:
+                break
+        return pod
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        self._delete_pod(namespace, name, grace_s=0)
+
     # -- helpers -----------------------------------------------------------
     def _located(self, container_id: str) -> tuple[str, str]:
         located = self.locate(container_id)
