@@ -99,6 +99,16 @@ class HostPlacer:
         return self._snap
 
     @property
+    def policy(self) -> Policy:
+        """The policy that decides, over `snapshot` (rebuilt with it)."""
+        return self._policy
+
+    @property
+    def workload(self) -> WorkloadEstimate | None:
+        """The house policy's learned workload (None for the other policies)."""
+        return self._learned
+
+    @property
     def hosts(self) -> list[HostCapacity]:
         """The hosts' free capacity as of the last `sync` and `placed` since."""
         return list(self._hosts.values())
