@@ -9,7 +9,8 @@ allocations too), then `--queued` waiting instances of mixed shapes (1, 2, 4
 and 8 GPUs, shares of 0.25 and 0.5, CPU-only), seeded the same way for every
 run. Times one `reconcile.placement.place_waiting` over them (its reads, every
 decision, one commit per placement) and, within it, the time in the policy's
-decisions (`HostPlacer.place`) and in the adapter's `sync`. Run it with
+decisions (`HostPlacer.place`; `place()` in a tree before them) and in reading
+the capacity (with the adapter's `sync`). Run it with
 `PYTHONPATH=<checkout>/src` to time another tree's pass on the same data (a
 tree before the policies has no `PlacementState`: its pass is timed whole).
 """
@@ -143,7 +144,9 @@ def main() -> int:
             totals: dict[str, float] = defaultdict(float)
             state_class = getattr(placement, "PlacementState", None)
             start = time.perf_counter()
-            if state_class is None:
+            if state_class is None:  # the pass before the policies: place() over the list
+                placement.place = timed(totals, "decisions", placement.place)  # type: ignore[attr-defined]
+                placement.capacity_snapshot = timed(totals, "reads", placement.capacity_snapshot)
                 placement.place_waiting(ctx)
             else:
                 state = state_class(ctx.settings)
