@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpudock.scheduler.demand import whole_gpus
 from gpudock.scheduler.hosts import HostBuild, HostPlacer
 from gpudock.scheduler.names import POLICY_NAMES
 from gpudock.scheduler.placement import (
@@ -19,6 +21,8 @@ from gpudock.scheduler.placement import (
     PlacementRequest,
     SharedGpu,
 )
+from gpudock.scheduler.registry import _FACTORIES, make_policy
+from gpudock.scheduler.snapshot import NodeSpec, Snapshot
 
 A100, H100, T4 = "A100-80GB", "H100-80GB", "T4"
 
@@ -237,3 +241,19 @@ def test_a_sync_without_change_keeps_the_snapshot_and_touches_no_node() -> None:
     grown = [*fleet, build("h2", [A100] * 2)]
     placer.sync(grown, Ledger({b.host_id: b for b in grown}).capacity())
     assert placer.snapshot is not snapshot and placer.snapshot.size == 3
+
+
+def test_every_policy_chooses_only_among_the_allowed_nodes() -> None:
+    for name in POLICY_NAMES:
+        snapshot = Snapshot([NodeSpec(f"n{i}", A100, 4, 32_000, 65_536) for i in range(3)])
+        policy = make_policy(name, snapshot)
+        demand = whole_gpus(1, None, cpu_milli=1000, memory_mib=1024)
+        only_last = np.array([False, False, True])
+        policy.observe(demand)
+        choice = policy.choose(demand, allowed=only_last)
+        assert choice is not None and choice.node == 2, name
+        assert policy.choose(demand, allowed=np.zeros(3, bool)) is None, name
+
+
+def test_the_names_settings_check_are_the_registry_s_policies() -> None:
+    assert tuple(_FACTORIES) == POLICY_NAMES
