@@ -238,6 +238,16 @@ def test_a_sync_without_change_keeps_the_snapshot_and_touches_no_node() -> None:
     snapshot, clock = placer.snapshot, placer.snapshot.clock
     placer.sync(list(reversed(fleet)), ledger.capacity())
     assert placer.snapshot is snapshot and snapshot.clock == clock
+    request = PlacementRequest(A100, 1, 1.0, 1.0)
+    placement = placer.place(request, arrival=True)
+    assert placement is not None
+    ledger.take("one", placement, request)
+    placer.placed(placement, request)
+    clock = snapshot.clock
+    placer.sync(fleet, placer.hosts)  # the rows it holds, reused: nothing to mirror
+    assert snapshot.clock == clock
+    placer.sync(fleet, ledger.capacity())  # the same state read afresh: nothing moved
+    assert snapshot.clock == clock
     grown = [*fleet, build("h2", [A100] * 2)]
     placer.sync(grown, Ledger({b.host_id: b for b in grown}).capacity())
     assert placer.snapshot is not snapshot and placer.snapshot.size == 3

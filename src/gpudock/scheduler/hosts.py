@@ -117,8 +117,10 @@ class HostPlacer:
     def sync(self, builds: Sequence[HostBuild], hosts: Sequence[HostCapacity]) -> None:
         """Mirror the fleet: `builds` as built, `hosts` free now (both of present hosts)."""
         ordered = tuple(sorted(builds, key=lambda b: b.host_id))
+        mirrored = self._hosts
         if ordered != self._builds:
             self._rebuild(ordered)
+            mirrored = {}
         self._hosts = {h.host_id: h for h in hosts}
         snap = self._snap
         cpu = snap.cpu_free.copy()
@@ -127,8 +129,12 @@ class HostPlacer:
         seen = np.zeros(snap.size, bool)
         for host in hosts:
             node = self._node_of.get(host.host_id)
-            if node is not None:
-                seen[node] = True
+            if node is None:
+                continue
+            seen[node] = True
+            # The very object mirrored last time (a snapshot that reuses the rows of
+            # unchanged hosts): its row is as it was.
+            if mirrored.get(host.host_id) is not host:
                 cpu[node], memory[node], free[node] = self._free_of(node, host)
         cpu[~seen], memory[~seen], free[~seen] = 0, 0, 0  # built, but no free state: full
         moved = (cpu != snap.cpu_free) | (memory != snap.mem_free)
