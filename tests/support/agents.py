@@ -2,8 +2,9 @@
 loop in a thread, over real TCP on 127.0.0.1, with real keys and a real database.
 
 Agents here report a fake NVML (`tests.gpu.fake_pynvml`) through the real NVML
-code and a `FakeRuntime` engine; the netns fleet (`fleet_netns.py`) runs them
-as processes on hosts of their own instead.
+code and run the server's runtime calls on an engine of their own (a
+`FakeRuntime` unless the test gives one: `runtimes[name]`); the netns fleet
+(`fleet_netns.py`) runs them as processes on hosts of their own instead.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from gpudock.agent.inventory import HostInventory
 from gpudock.agent.link import Agent
 from gpudock.agent.state import load_enrollment
 from gpudock.agentgw.gateway import AgentGateway
+from gpudock.db.models import GpuDeviceModel, HostModel
 from gpudock.gpu.nvml import NvmlGpuSource
 from gpudock.platform import Platform
+from gpudock.runtime.base import Runtime
 from gpudock.runtime.fake import FakeRuntime
+from gpudock.services.agents.hosts import AgentHost
 from tests.gpu.fake_pynvml import h200_1x
 from tests.support.sshgw import GatewayThread
 
@@ -37,6 +41,7 @@ class LinkRig:
         self._thread = GatewayThread(self.gateway, name="agent-link")
         self.loop = self._thread.loop
         self.agents: dict[str, Future[None]] = {}
+        self.runtimes: dict[str, Runtime] = {}
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self._thread.run(coroutine)
@@ -52,15 +57,21 @@ class LinkRig:
     def state_dir(self, name: str) -> Path:
         return self.workdir / f"agent-{name}"
 
-    def join(self, name: str, url: str, token: str) -> Future[None]:
+    def join(self, name: str, url: str, token: str, runtime: Runtime | None = None) -> Future[None]:
         """Start agent `name` (its own key in its own state dir) with a join command."""
-        agent = Agent.joining(self.state_dir(name), _inventory(), url, token)
+        agent = Agent.joining(self.state_dir(name), self._inventory(name, runtime), url, token)
         return self._launch(name, agent)
 
     def rerun(self, name: str) -> Future[None]:
-        """Start agent `name` again from what its join saved (`gpudock agent run`)."""
+        """Start agent `name` again from what its join saved (`gpudock agent run`),
+        on the same engine as before."""
         enrollment = load_enrollment(self.state_dir(name))
-        return self._launch(name, Agent.enrolled(self.state_dir(name), _inventory(), enrollment))
+        inventory = self._inventory(name, self.runtimes.get(name))
+        return self._launch(name, Agent.enrolled(self.state_dir(name), inventory, enrollment))
+
+    def _inventory(self, name: str, runtime: Runtime | None) -> HostInventory:
+        engine = self.runtimes[name] = runtime or FakeRuntime()
+        return HostInventory(NvmlGpuSource(nvml=h200_1x()), engine)
 
     def halt(self, name: str) -> None:
         """Stop agent `name` as SIGTERM would (its connection closes)."""
@@ -73,12 +84,40 @@ class LinkRig:
         return running
 
 
-def _inventory() -> HostInventory:
-    return HostInventory(NvmlGpuSource(nvml=h200_1x()), FakeRuntime())
-
-
 def join_parts(command: str) -> tuple[str, str]:
     """(URL, TOKEN) of `gpudock agent join URL TOKEN`."""
     words = command.split()
     assert words[:3] == ["gpudock", "agent", "join"], command
     return words[3], words[4]
+
+
+def add_scheduler_rows(platform: Platform, host: AgentHost, *, cpus: float = 16.0) -> None:
+    """The enrolled host in the scheduler's inventory (`hosts.id == agent_hosts.id`,
+    its reported GPUs as `gpus` rows), as the agent's reports put it there."""
+    ctx = platform.ctx
+    with ctx.sessions.begin() as session:
+        session.add(
+            HostModel(
+                id=host.id,
+                name=host.name,
+                cpus=cpus,
+                memory_gb=64,
+                driver_version=host.driver_version,
+                cuda_version="12.8",
+                simulated=False,
+                present=True,
+                created_at=ctx.clock(),
+            )
+        )
+        session.flush()
+        for gpu in host.gpus:
+            session.add(
+                GpuDeviceModel(
+                    id=gpu.uuid,
+                    host_id=host.id,
+                    index=gpu.index,
+                    model=gpu.model,
+                    memory_mb=gpu.memory_mb,
+                    first_seen_at=ctx.clock(),
+                )
+            )

@@ -26,10 +26,12 @@ from pathlib import Path
 
 import asyncssh
 
+from gpudock.agent.commands import CommandServer, Generations
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.state import Enrollment, LinkAddress, agent_key, save_enrollment
 from gpudock.link import keys, wire
 from gpudock.link.tokens import JoinToken
+from gpudock.runtime import calls
 
 log = logging.getLogger(__name__)
 BACKOFF_FIRST_S = 0.5
@@ -91,6 +93,11 @@ class Agent:
     join: JoinToken | None = None
     host_name: str = ""
     on_welcome: Callable[[str], None] = field(default=lambda _name: None)
+    commands: CommandServer | None = None
+
+    def __post_init__(self) -> None:
+        if self.commands is None:
+            self.commands = CommandServer(self.inventory.runtime, Generations(self.state_dir))
 
     @classmethod
     def joining(cls, state_dir: Path, inventory: HostInventory, url: str, token: str) -> Agent:
@@ -160,6 +167,9 @@ class Agent:
             )
 
     async def _converse(self, process: asyncssh.SSHServerProcess[bytes], outcome: _Outcome) -> None:
+        if process.subsystem == calls.SUBSYSTEM and self.commands is not None:
+            await self.commands.serve(process)  # only the server, which proved its key, gets here
+            return
         if process.subsystem != wire.SUBSYSTEM:
             process.exit(1)
             return

@@ -22,10 +22,12 @@ import logging
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncssh
 
+from gpudock.agentgw.commands import CommandChannel, ThreadBridge
 from gpudock.errors import GpudockError
 from gpudock.link import keys, wire
 from gpudock.services.agents import enrollment, links, server_key
@@ -36,6 +38,15 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 WORKERS = 4
 STOP_DEADLINE_S = 5.0
+
+
+@dataclass
+class _Attached:
+    channel: CommandChannel
+    bridge: ThreadBridge
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 class _LinkClient(asyncssh.SSHClient):
@@ -127,20 +138,39 @@ class AgentGateway:
 
     async def _serve(self, conn: asyncssh.SSHClientConnection) -> None:
         host: AgentHost | None = None
+        channel: _Attached | None = None
         peer = str((conn.get_extra_info("peername") or ("?",))[0])
         try:
             writer, reader, _ = await conn.open_session(subsystem=wire.SUBSYSTEM, encoding=None)
             host = await self._welcome(conn, writer, reader, peer)
             if host is not None:
+                channel = await self._attach_commands(conn, host)
                 await self._heartbeats(host, writer, reader)
         except (wire.LinkClosed, asyncssh.Error, OSError) as exc:
             log.info("agent link from %s closed: %s", peer, exc)
         finally:
             conn.close()
+            if channel is not None:
+                channel.close()
+                self._detach_commands(host, channel)
             if host is not None and self._links.get(host.id) is conn:
                 del self._links[host.id]
                 await self.call(links.record_link_down, self.ctx, host.id, host.link_changed_at)
                 log.info("agent link of host %s is down", host.name)
+
+    async def _attach_commands(
+        self, conn: asyncssh.SSHClientConnection, host: AgentHost
+    ) -> _Attached:
+        """The host's runtime calls go over a command session on this link from now on."""
+        channel = await CommandChannel.open(conn, host.name)
+        bridge = ThreadBridge(channel, asyncio.get_running_loop())
+        if self.ctx.hosts is not None:
+            self.ctx.hosts.attach(host.id, host.name, bridge)
+        return _Attached(channel, bridge)
+
+    def _detach_commands(self, host: AgentHost | None, attached: _Attached) -> None:
+        if host is not None and self.ctx.hosts is not None:
+            self.ctx.hosts.detach(host.id, attached.bridge)
 
     async def _welcome(
         self,

@@ -198,6 +198,7 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
             for gpu_id in placement.gpu_uuids if row.gpu_share_milli is None else ():
                 session.add(GpuAllocationModel(gpu_id=gpu_id, instance_id=row.id, allocated_at=now))
             row.placed, row.host_id = True, placement.host_id
+            row.placement_generation += 1  # older commands to its hosts are refused now
             _record_model(row, placement.model)
             session.flush()
             new_status = S.CREATING if row.status == S.PENDING else S.STARTING

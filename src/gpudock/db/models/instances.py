@@ -97,6 +97,13 @@ class InstanceModel(Base):
     placed: Mapped[bool] = mapped_column(
         Boolean, default=False, comment="holds its GPUs, CPU and memory on host_id now"
     )
+    placement_generation: Mapped[int] = mapped_column(
+        Integer,
+        default=0,
+        server_default="0",
+        comment="grows by one each time the placement pass places it (written there "
+        "only); an agent refuses a command for an older generation than it has seen",
+    )
     container_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     container_gpus: Mapped[str] = mapped_column(
         Text, default="", comment="GPU UUIDs the existing container was created with"

@@ -39,7 +39,7 @@ from gpudock.images.catalog import (
     with_size,
 )
 from gpudock.messages import Message, joined
-from gpudock.runtime.base import LABEL_OWNER
+from gpudock.runtime.base import LABEL_OWNER, Runtime
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
 
@@ -388,11 +388,12 @@ def save_instance_image(ctx: ServiceContext, user: UserModel, ref: str, name: st
     return register(ctx, user, spec, engine_image_id=info.id if info else None)
 
 
-def install_doctor(ctx: ServiceContext, container_id: str) -> None:
-    """Copy `gpudock-doctor` into a new container. Best effort: an image without
-    /usr/local/bin still runs, just without the doctor."""
+def install_doctor(runtime: Runtime, container_id: str) -> None:
+    """Copy `gpudock-doctor` into a new container (on the instance's host's
+    `runtime`). Best effort: an image without /usr/local/bin still runs, just
+    without the doctor."""
     with contextlib.suppress(RuntimeFailure):
-        ctx.runtime.put_file(container_id, SCRIPT_PATH, doctor_script().encode())
+        runtime.put_file(container_id, SCRIPT_PATH, doctor_script().encode())
 
 
 def compatibility_table(

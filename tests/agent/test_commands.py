@@ -1,0 +1,295 @@
+"""Runtime calls over the link, in one process: the server's `LinkRuntime` through
+the real gateway and agent (asyncssh both ways, over TCP on 127.0.0.1) onto the
+agent's own engine (a `FakeRuntime` here; the netns e2e test uses a real one)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from gpudock.agent.commands import Generations
+from gpudock.db.models import HostModel, InstanceModel, InstanceStatus, LinkState
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
+from gpudock.platform import Platform
+from gpudock.runtime.base import (
+    LABEL_GPUS,
+    ContainerSpec,
+    ContainerState,
+    EngineInfo,
+    ExecResult,
+    ImageInfo,
+    ImageNotFound,
+    RegistryUnreachable,
+    RuntimeTimeout,
+    StaleGeneration,
+    VolumeState,
+)
+from gpudock.runtime.calls import InstanceScope
+from gpudock.runtime.fake import FakeRuntime
+from gpudock.runtime.link import LinkRuntime
+from gpudock.services.accounts import users
+from gpudock.services.agents import hosts
+from gpudock.services.agents.hosts import AgentHost
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances import container_spec as containers
+from tests.support.agents import LinkRig, add_scheduler_rows, join_parts
+from tests.support.platforms import PlatformFactory
+from tests.support.sshgw import wait_for
+
+BINARY = bytes(range(256)) * 3  # not text: must cross the JSON link intact
+
+
+class _GatedRuntime(FakeRuntime):
+    """A fake engine whose `inspect_container("slow")` waits for `gate`; and whose
+    `run_once` of image "slow-check" runs past its limit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def inspect_container(self, name_or_id: str) -> ContainerState | None:
+        if name_or_id == "slow":
+            self.entered.set()
+            self.gate.wait(60)
+        return super().inspect_container(name_or_id)
+
+    def run_once(
+        self,
+        image: str,
+        command: list[str],
+        files: dict[str, bytes],
+        timeout_s: float,
+        *,
+        cluster_id: str,
+    ) -> ExecResult:
+        if image == "slow-check":
+            raise RuntimeTimeout(f"check {command[0]} ran past {timeout_s:g} s")
+        return ExecResult(exit_code=7, output=b"".join(files.values()))
+
+
+@pytest.fixture
+def platform(platform_factory: PlatformFactory) -> Platform:
+    return platform_factory(agent_link_port=0, agent_link_host="127.0.0.1", agent_heartbeat_s=0.2)
+
+
+class _Rig(LinkRig):
+    engine: _GatedRuntime
+
+    def gate_open(self) -> None:
+        self.engine.gate.set()
+
+
+@pytest.fixture
+def linked(platform: Platform, tmp_path: Path) -> Iterator[tuple[_Rig, AgentHost]]:
+    """One agent host, box-1, linked, on a `_GatedRuntime`."""
+    rig = _Rig(platform, tmp_path)
+    rig.engine = _GatedRuntime()
+    rig.start()
+    url, token = join_parts(hosts.add_host(platform.ctx, "box-1").join_command)
+    rig.join("a", url, token, runtime=rig.engine)
+    host = wait_for(
+        lambda: (
+            (h := hosts.get_host(platform.ctx, "box-1")).link_state is LinkState.UP
+            and platform.ctx.hosts is not None
+            and platform.ctx.hosts.linked(h.id)
+            and h
+        ),
+        "box-1 linked",
+    )
+    yield rig, host
+    rig.gate_open()
+    rig.stop()
+
+
+def _spec(name: str = "c1") -> ContainerSpec:
+    return ContainerSpec(
+        name=name,
+        hostname=name,
+        image="gpudock/base:bookworm",
+        labels={"gpudock.cluster": "k", "gpudock.instance": "i1"},
+        env={"A": "1"},
+        gpu_uuids=("GPU-1",),
+        real_gpus=False,
+        cpus=1.5,
+        memory_mb=512,
+        pids_limit=64,
+        volume_name="v1",
+        network="tenant-net",
+        network_labels={"gpudock.cluster": "k"},
+    )
+
+
+def test_each_method_round_trips_with_its_types(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    rig, host = linked
+    runtime = platform.ctx.runtime_for(host.id)
+    assert isinstance(runtime, LinkRuntime)
+    assert runtime.engine_info() == EngineInfo(
+        cpus=2, memory_bytes=24 * 2**30, server_version="fake"
+    )
+    runtime.ensure_volume("v1", {"gpudock.cluster": "k"}, size_gb=3)
+    assert runtime.list_volumes({"gpudock.cluster": "k"}) == [
+        VolumeState("v1", {"gpudock.cluster": "k"})
+    ]
+    assert rig.engine.volume_quotas_gb["v1"] == 3
+    created = runtime.create_container(_spec())
+    assert isinstance(created, ContainerState) and not created.running
+    assert created.labels["gpudock.instance"] == "i1"
+    assert rig.engine.spec_of("c1") == _spec()  # every field, the tuple and dicts included
+    started = runtime.start_container(created.id)
+    assert started.running and started.started_at is not None
+    assert runtime.inspect_container("c1") == started
+    assert runtime.list_containers({"gpudock.instance": "i1"}) == [started]
+    runtime.put_file(created.id, "/usr/local/bin/x", BINARY, 0o700)
+    assert rig.engine.files[(created.id, "/usr/local/bin/x")] == BINARY
+    checked = runtime.run_once("img", ["check"], {"/a": BINARY}, 5.0, cluster_id="k")
+    assert checked == ExecResult(exit_code=7, output=BINARY)
+    assert runtime.exec_in_container(created.id, ["true"]) == ExecResult(0, b"")
+    ref = runtime.commit_container(created.id, "repo", "t1", {"gpudock.user": "u"})
+    assert ref == "repo:t1"
+    info = runtime.image_info(ref)
+    assert isinstance(info, ImageInfo) and info.labels == {"gpudock.user": "u"}
+    assert runtime.image_info("nothing:here") is None
+    assert runtime.image_size(ref) == 1_000_000 and runtime.image_present(ref)
+    stats = runtime.container_stats(created.id)
+    assert stats is not None and stats.cpu_limit == 1.5
+    stopped = runtime.stop_container(created.id, 1)
+    assert stopped is not None and not stopped.running and stopped.finished_at is not None
+    assert [n.name for n in runtime.list_networks({"gpudock.cluster": "k"})] == ["tenant-net"]
+    runtime.remove_container(created.id)
+    runtime.remove_container(created.id)  # absent: silent, as the contract says
+    runtime.remove_volume("v1")
+    runtime.remove_volume("v1")
+    assert runtime.inspect_container("c1") is None and runtime.stop_container("c1", 1) is None
+    assert not rig.engine.containers and not rig.engine.volumes
+
+
+def test_errors_arrive_as_their_own_classes(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    rig, host = linked
+    runtime = platform.ctx.runtime_for(host.id)
+    with pytest.raises(ImageNotFound, match="not found"):
+        runtime.ensure_image("no/such:image")
+    with pytest.raises(RuntimeTimeout, match="ran past 2 s"):
+        runtime.run_once("slow-check", ["probe"], {}, 2.0, cluster_id="k")
+    with pytest.raises(RuntimeFailure) as failed:
+        runtime.start_container("no-such-container")
+    assert type(failed.value) is RuntimeFailure
+    rig.engine.registry_reachable = False
+    with pytest.raises(RegistryUnreachable):
+        runtime.ensure_image("some/where:else")
+
+
+def test_a_stale_generation_is_refused_and_remembered(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    rig, host = linked
+    assert platform.ctx.hosts is not None
+    routed = platform.ctx.hosts
+    newer = routed.for_host(host.id, InstanceScope(instance="i1", generation=2))
+    newer.create_container(_spec())
+    older = routed.for_host(host.id, InstanceScope(instance="i1", generation=1))
+    with pytest.raises(StaleGeneration, match="generation 2 on this host") as refused:
+        older.remove_container("c1")
+    assert "generation 1 comes too late" in refused.value.message
+    assert rig.engine.inspect_container("c1") is not None  # the late command did nothing
+    other = routed.for_host(host.id, InstanceScope(instance="i2", generation=1))
+    other.ensure_volume("v2", {})  # generations are per instance
+    # Kept across a restart of the agent: its state dir holds them.
+    with pytest.raises(StaleGeneration):
+        Generations(rig.state_dir("a")).admit(InstanceScope(instance="i1", generation=1))
+
+
+def test_a_call_while_the_link_is_down_fails_at_once_naming_the_host(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    rig, host = linked
+    runtime = platform.ctx.runtime_for(host.id)
+    rig.halt("a")
+    wait_for(
+        lambda: platform.ctx.hosts is not None and not platform.ctx.hosts.linked(host.id),
+        "the link detached",
+    )
+    with pytest.raises(RuntimeUnavailable, match="host box-1: its agent is not connected"):
+        runtime.list_containers({})
+    # An agent host never falls back to this server's own engine.
+    assert platform.ctx.runtime_for(host.id) is not platform.ctx.runtime
+    rig.rerun("a")
+    wait_for(
+        lambda: platform.ctx.hosts is not None and platform.ctx.hosts.linked(host.id),
+        "the link attached again",
+    )
+    assert runtime.list_containers({}) == []
+
+
+def test_a_slow_call_does_not_hold_a_fast_one_and_a_drop_ends_it(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    rig, host = linked
+    runtime = platform.ctx.runtime_for(host.id)
+    runtime.create_container(_spec("fast"))
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(runtime.inspect_container, "slow")
+        assert rig.engine.entered.wait(30), "the slow call reached the agent's engine"
+        fast = runtime.inspect_container("fast")  # answered while the slow one is held
+        assert fast is not None and fast.name == "fast"
+        assert not slow.done()
+        rig.halt("a")  # the link drops mid-call: the caller hears it now, not at its timeout
+        with pytest.raises(RuntimeUnavailable, match="host box-1") as dropped:
+            slow.result(timeout=30)
+        assert "running it again is safe" in dropped.value.message
+
+
+def test_simulated_hosts_keep_the_servers_engine(platform: Platform) -> None:
+    with platform.ctx.sessions() as session:
+        simulated = session.scalars(select(HostModel.id)).all()
+    assert len(simulated) == 2
+    for host_id in simulated:
+        assert platform.ctx.runtime_for(host_id) is platform.ctx.runtime
+    assert platform.ctx.runtime_for(None) is platform.ctx.runtime
+    assert platform.ctx.every_engine() == [platform.ctx.runtime]
+
+
+def test_an_instance_on_an_agent_host_runs_stops_and_is_deleted_there(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    rig, host = linked
+    add_scheduler_rows(platform, host)
+    ctx = platform.ctx
+    owner = users.create_user(ctx, "alice").user
+    request = instances.InstanceRequest(gpu_model="H200-140GB", gpu_count=1, name="train")
+    created = instances.create_instance(ctx, owner, request)
+    running = _drain_until(platform, created.id, InstanceStatus.RUNNING)
+    assert running.host_id == host.id and running.placement_generation == 1
+    name = containers.container_name(ctx.cluster_id, created.id)
+    on_host = rig.engine.inspect_container(name)
+    assert on_host is not None and on_host.running
+    assert on_host.labels[LABEL_GPUS] == host.gpus[0].uuid
+    assert rig.engine.spec_of(name).gpu_uuids == (host.gpus[0].uuid,)
+    assert isinstance(ctx.runtime, FakeRuntime) and ctx.runtime.inspect_container(name) is None
+    assert Generations(rig.state_dir("a"))._seen == {created.id: 1}
+    instances.stop_instance(ctx, owner, created.id)
+    _drain_until(platform, created.id, InstanceStatus.STOPPED)
+    stopped = rig.engine.inspect_container(name)
+    assert stopped is not None and not stopped.running
+    instances.delete_instance(ctx, owner, created.id)
+    _drain_until(platform, created.id, InstanceStatus.DELETED)
+    assert rig.engine.inspect_container(name) is None and not rig.engine.volumes
+
+
+def _drain_until(platform: Platform, instance_id: str, status: InstanceStatus) -> InstanceModel:
+    def reached() -> InstanceModel | None:
+        platform.reconciler.drain()
+        with platform.ctx.sessions() as session:
+            found = session.get(InstanceModel, instance_id)
+            return found if found is not None and found.status == status else None
+
+    return wait_for(reached, f"instance {instance_id} {status.value}")
