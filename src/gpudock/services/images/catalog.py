@@ -378,11 +378,13 @@ def save_instance_image(ctx: ServiceContext, user: UserModel, ref: str, name: st
         if instance is None:
             raise NotFound(f"no instance {ref!r}: `gpudock instances list` shows yours")
         container_id, image, owner = instance.container_id, instance.image, instance.user_id
+        # The image is made on the engine of the instance's host, and stays there.
+        runtime = ctx.runtime_for(instance.host_id)
     if container_id is None:
         raise Conflict(f"instance {ref} has no container yet; save it once it has run")
     repository, _, tag = reference.rpartition(":")
-    ctx.runtime.commit_container(container_id, repository, tag, {LABEL_OWNER: owner})
-    info = ctx.runtime.image_info(reference)
+    runtime.commit_container(container_id, repository, tag, {LABEL_OWNER: owner})
+    info = runtime.image_info(reference)
     spec = derived(find_image(ctx, user, image), reference, name, "save")
     spec = with_size(spec, info.size_bytes if info else 0)
     return register(ctx, user, spec, engine_image_id=info.id if info else None)
