@@ -21,7 +21,7 @@ from gpudock.agentgw.gateway import AgentGateway
 from gpudock.gpu.nvml import NvmlGpuSource
 from gpudock.platform import Platform
 from gpudock.runtime.fake import FakeRuntime
-from tests.gpu.fake_pynvml import h200_1x
+from tests.gpu.fake_pynvml import FakeNvml, h200_1x
 from tests.support.sshgw import GatewayThread
 
 T = TypeVar("T")
@@ -52,15 +52,18 @@ class LinkRig:
     def state_dir(self, name: str) -> Path:
         return self.workdir / f"agent-{name}"
 
-    def join(self, name: str, url: str, token: str) -> Future[None]:
-        """Start agent `name` (its own key in its own state dir) with a join command."""
-        agent = Agent.joining(self.state_dir(name), _inventory(), url, token)
+    def join(self, name: str, url: str, token: str, nvml: FakeNvml | None = None) -> Future[None]:
+        """Start agent `name` (its own key in its own state dir) with a join command.
+        `nvml`: the GPUs it reports (one H200 unless given); a test may change its
+        `devices` while the agent runs, and the next heartbeat reports the change."""
+        agent = Agent.joining(self.state_dir(name), _inventory(nvml), url, token)
         return self._launch(name, agent)
 
-    def rerun(self, name: str) -> Future[None]:
+    def rerun(self, name: str, nvml: FakeNvml | None = None) -> Future[None]:
         """Start agent `name` again from what its join saved (`gpudock agent run`)."""
         enrollment = load_enrollment(self.state_dir(name))
-        return self._launch(name, Agent.enrolled(self.state_dir(name), _inventory(), enrollment))
+        inventory = _inventory(nvml)
+        return self._launch(name, Agent.enrolled(self.state_dir(name), inventory, enrollment))
 
     def halt(self, name: str) -> None:
         """Stop agent `name` as SIGTERM would (its connection closes)."""
@@ -73,8 +76,8 @@ class LinkRig:
         return running
 
 
-def _inventory() -> HostInventory:
-    return HostInventory(NvmlGpuSource(nvml=h200_1x()), FakeRuntime())
+def _inventory(nvml: FakeNvml | None) -> HostInventory:
+    return HostInventory(NvmlGpuSource(nvml=nvml or h200_1x()), FakeRuntime())
 
 
 def join_parts(command: str) -> tuple[str, str]:
