@@ -37,7 +37,7 @@ from gpudock.services.agents import hosts
 from gpudock.services.agents.hosts import AgentHost
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances import container_spec as containers
-from tests.support.agents import LinkRig, add_scheduler_rows, join_parts
+from tests.support.agents import LinkRig, join_parts
 from tests.support.platforms import PlatformFactory
 from tests.support.sshgw import wait_for
 
@@ -261,8 +261,7 @@ def test_simulated_hosts_keep_the_servers_engine(platform: Platform) -> None:
 def test_an_instance_on_an_agent_host_runs_stops_and_is_deleted_there(
     platform: Platform, linked: tuple[_Rig, AgentHost]
 ) -> None:
-    rig, host = linked
-    add_scheduler_rows(platform, host)
+    rig, host = linked  # its report made its `hosts` and `gpus` rows
     ctx = platform.ctx
     owner = users.create_user(ctx, "alice").user
     request = instances.InstanceRequest(gpu_model="H200-140GB", gpu_count=1, name="train")

@@ -19,13 +19,11 @@ from gpudock.agent.inventory import HostInventory
 from gpudock.agent.link import Agent
 from gpudock.agent.state import load_enrollment
 from gpudock.agentgw.gateway import AgentGateway
-from gpudock.db.models import GpuDeviceModel, HostModel
 from gpudock.gpu.nvml import NvmlGpuSource
 from gpudock.platform import Platform
 from gpudock.runtime.base import Runtime
 from gpudock.runtime.fake import FakeRuntime
-from gpudock.services.agents.hosts import AgentHost
-from tests.gpu.fake_pynvml import h200_1x
+from tests.gpu.fake_pynvml import FakeNvml, h200_1x
 from tests.support.sshgw import GatewayThread
 
 T = TypeVar("T")
@@ -57,21 +55,36 @@ class LinkRig:
     def state_dir(self, name: str) -> Path:
         return self.workdir / f"agent-{name}"
 
-    def join(self, name: str, url: str, token: str, runtime: Runtime | None = None) -> Future[None]:
-        """Start agent `name` (its own key in its own state dir) with a join command."""
-        agent = Agent.joining(self.state_dir(name), self._inventory(name, runtime), url, token)
+    def join(
+        self,
+        name: str,
+        url: str,
+        token: str,
+        nvml: FakeNvml | None = None,
+        runtime: Runtime | None = None,
+    ) -> Future[None]:
+        """Start agent `name` (its own key in its own state dir) with a join command.
+        `nvml`: the GPUs it reports (one H200 unless given); a test may change its
+        `devices` while the agent runs, and the next heartbeat reports the change.
+        `runtime`: the engine the server's runtime calls run on (a `FakeRuntime`
+        unless given; `runtimes[name]`)."""
+        agent = Agent.joining(
+            self.state_dir(name), self._inventory(name, nvml, runtime), url, token
+        )
         return self._launch(name, agent)
 
-    def rerun(self, name: str) -> Future[None]:
+    def rerun(self, name: str, nvml: FakeNvml | None = None) -> Future[None]:
         """Start agent `name` again from what its join saved (`gpudock agent run`),
         on the same engine as before."""
         enrollment = load_enrollment(self.state_dir(name))
-        inventory = self._inventory(name, self.runtimes.get(name))
+        inventory = self._inventory(name, nvml, self.runtimes.get(name))
         return self._launch(name, Agent.enrolled(self.state_dir(name), inventory, enrollment))
 
-    def _inventory(self, name: str, runtime: Runtime | None) -> HostInventory:
+    def _inventory(
+        self, name: str, nvml: FakeNvml | None, runtime: Runtime | None
+    ) -> HostInventory:
         engine = self.runtimes[name] = runtime or FakeRuntime()
-        return HostInventory(NvmlGpuSource(nvml=h200_1x()), engine)
+        return HostInventory(NvmlGpuSource(nvml=nvml or h200_1x()), engine)
 
     def halt(self, name: str) -> None:
         """Stop agent `name` as SIGTERM would (its connection closes)."""
@@ -89,35 +102,3 @@ def join_parts(command: str) -> tuple[str, str]:
     words = command.split()
     assert words[:3] == ["gpudock", "agent", "join"], command
     return words[3], words[4]
-
-
-def add_scheduler_rows(platform: Platform, host: AgentHost, *, cpus: float = 16.0) -> None:
-    """The enrolled host in the scheduler's inventory (`hosts.id == agent_hosts.id`,
-    its reported GPUs as `gpus` rows), as the agent's reports put it there."""
-    ctx = platform.ctx
-    with ctx.sessions.begin() as session:
-        session.add(
-            HostModel(
-                id=host.id,
-                name=host.name,
-                cpus=cpus,
-                memory_gb=64,
-                driver_version=host.driver_version,
-                cuda_version="12.8",
-                simulated=False,
-                present=True,
-                created_at=ctx.clock(),
-            )
-        )
-        session.flush()
-        for gpu in host.gpus:
-            session.add(
-                GpuDeviceModel(
-                    id=gpu.uuid,
-                    host_id=host.id,
-                    index=gpu.index,
-                    model=gpu.model,
-                    memory_mb=gpu.memory_mb,
-                    first_seen_at=ctx.clock(),
-                )
-            )

@@ -29,18 +29,30 @@ class LinkClosed(Exception):
 
 
 class GpuReport(BaseModel):
+    """One GPU as NVML shows it; topology fields are empty where the driver does not say."""
+
     uuid: str
     index: int
     model: str
     memory_mb: int
+    pci_bus_id: str = ""
+    numa_node: int | None = None
+    nvlink_peers: list[str] = Field(default_factory=list)
 
 
 class HostReport(BaseModel):
-    """What an agent sees of its host. `problems`: what it could not read, and why."""
+    """What an agent sees of its host. `problems`: what it could not read, and why.
+
+    CPUs, memory and the CUDA version are what placement sizes instances by;
+    zero (an older agent, or a part it could not read) keeps the server's last
+    figures."""
 
     agent_version: str
     engine_version: str = ""
     driver_version: str = ""
+    cuda_version: str = ""
+    cpus: float = 0.0
+    memory_gb: int = 0
     gpus: list[GpuReport] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
 

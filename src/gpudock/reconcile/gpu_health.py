@@ -130,7 +130,8 @@ def _watch_runtime(ctx: ServiceContext, watch: HealthWatch) -> None:
 def _mark_hosts_lost(ctx: ServiceContext, why: str) -> None:
     now = ctx.clock()
     with ctx.sessions.begin() as session:
-        for gpu in session.scalars(select(GpuDeviceModel).join(HostModel).where(HostModel.present)):
+        local = HostModel.present.is_(True) & HostModel.agent.is_(False)  # not behind an agent
+        for gpu in session.scalars(select(GpuDeviceModel).join(HostModel).where(local)):
             if has_open_fault(session, gpu.id, "host_lost"):
                 continue
             message = f"host unreachable for {ctx.settings.host_lost_after_s:g} s: {why}"

@@ -38,6 +38,13 @@ class InstanceStatus(enum.StrEnum):
     MIGRATING = "migrating"  # moving off a failed GPU or host
 
 
+class HostLossPolicy(enum.StrEnum):
+    """What happens to an instance whose host is lost."""
+
+    WAIT = "wait"  # wait for the host: the data volume lives there
+    ELSEWHERE = "elsewhere"  # restart on another host, with an empty data volume
+
+
 class DesiredState(enum.StrEnum):
     RUNNING = "running"
     STOPPED = "stopped"
@@ -122,6 +129,12 @@ class InstanceModel(Base):
     )
     stay_on_host: Mapped[bool] = mapped_column(
         Boolean, default=False, comment="start waits for host_id instead of moving"
+    )
+    host_labels: Mapped[str] = mapped_column(
+        Text, default="{}", comment="labels a host must carry to be placed on (JSON object)"
+    )
+    host_loss_policy: Mapped[HostLossPolicy] = mapped_column(
+        enum_column(HostLossPolicy), default=HostLossPolicy.WAIT
     )
 
     service_token: Mapped[str | None] = mapped_column(

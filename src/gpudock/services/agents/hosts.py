@@ -17,10 +17,12 @@ from sqlalchemy.orm import Session
 
 from gpudock.db.models import AgentHostModel, AgentHostState, JoinTokenModel, LinkState
 from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.gpu.base import GpuInfo, HostInfo
 from gpudock.link.tokens import JoinToken, secret_hash
 from gpudock.link.wire import GpuReport, HostReport
 from gpudock.services.agents import server_key
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import agent_inventory
 
 _HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _TRANSITIONS = {
@@ -116,7 +118,7 @@ def add_host(ctx: ServiceContext, name: str) -> HostInvitation:
 
 def _new_host(session: Session, name: str, now: datetime) -> AgentHostModel:
     row = AgentHostModel(
-        id=secrets.token_hex(8),
+        id=agent_inventory.host_id_for(session, name) or secrets.token_hex(8),
         name=name,
         state=AgentHostState.PENDING,
         link_state=LinkState.NONE,
@@ -158,16 +160,46 @@ def remove_host(ctx: ServiceContext, name: str) -> AgentHost:
     with ctx.sessions.begin() as session:
         row = _find(session, name)
         removed = AgentHost.of(row)
+        agent_inventory.retire_agent_host(session, row.id)
         session.delete(row)
     return removed
 
 
-def record_report(row: AgentHostModel, report: HostReport) -> None:
-    """What the agent reported of its host (every heartbeat: GPUs come and go)."""
+def record_report(session: Session, row: AgentHostModel, report: HostReport, at: datetime) -> bool:
+    """What the agent reported of its host (every heartbeat: GPUs come and go), here
+    and in the scheduler's inventory once the host is enrolled. True: capacity
+    grew (a new host or GPU, one back), so placement should run."""
     row.agent_version = report.agent_version[:32]
     row.engine_version = report.engine_version[:32]
     row.driver_version = report.driver_version[:32]
     row.gpus = json.dumps([gpu.model_dump() for gpu in report.gpus])
+    if row.state is AgentHostState.PENDING:
+        return False
+    return agent_inventory.sync_agent_host(session, row.id, _host_info(row.name, report), at)
+
+
+def _host_info(name: str, report: HostReport) -> HostInfo:
+    gpus = tuple(
+        GpuInfo(
+            uuid=gpu.uuid,
+            index=gpu.index,
+            model=gpu.model,
+            memory_mb=gpu.memory_mb,
+            pci_bus_id=gpu.pci_bus_id,
+            numa_node=gpu.numa_node,
+            nvlink_peers=tuple(gpu.nvlink_peers),
+        )
+        for gpu in report.gpus
+    )
+    return HostInfo(
+        name=name,
+        cpus=report.cpus,
+        memory_gb=report.memory_gb,
+        driver_version=report.driver_version[:32],
+        cuda_version=report.cuda_version[:16],
+        simulated=False,
+        gpus=gpus,
+    )
 
 
 def switch_host_state(row: AgentHostModel, new: AgentHostState) -> None:

@@ -52,24 +52,30 @@ def record_link_up(
         row = session.get(AgentHostModel, host_id)
         if row is None:
             return None
-        record_report(row, report)
+        grown = record_report(session, row, report, now)
         row.link_state, row.link_changed_at, row.link_peer = LinkState.UP, now, peer
         row.last_heartbeat_at = now
         session.flush()
-        return AgentHost.of(row)
+        linked = AgentHost.of(row)
+    if grown:
+        ctx.wake_reconciler()
+    return linked
 
 
 def record_heartbeat(ctx: ServiceContext, host_id: str, report: HostReport) -> bool:
     """False: the host was removed, so its agent is revoked and the link must close."""
+    now = ctx.clock()
     with ctx.sessions.begin() as session:
         row = session.get(AgentHostModel, host_id)
         if row is None:
             return False
-        record_report(row, report)
-        row.last_heartbeat_at = ctx.clock()
+        grown = record_report(session, row, report, now)
+        row.last_heartbeat_at = now
         if row.link_state is not LinkState.UP:  # another server's drop was written late
             row.link_state, row.link_changed_at = LinkState.UP, row.last_heartbeat_at
-        return True
+    if grown:
+        ctx.wake_reconciler()
+    return True
 
 
 def record_link_down(ctx: ServiceContext, host_id: str, up_since: datetime | None) -> None:
