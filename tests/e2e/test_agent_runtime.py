@@ -1,0 +1,111 @@
+"""The server's runtime routed to a host's agent, end to end: a real `gpudock
+server`, an agent on a test host behind NAT with its own dockerd, an instance
+created through the API.
+
+The host's engine takes GPU requests through the suite's fake NVIDIA hook
+(`tests/support/fake_nvidia_hook`), so the container is made exactly as on a
+real GPU host, for the UUIDs the host's fake NVML reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import httpx
+import pytest
+
+from tests.support.agent_cluster import Cluster, fake_gpus
+from tests.support.fleet_netns import leftovers, netns_fleet
+from tests.support.server_process import ServerProcess
+from tests.support.sshgw import wait_for
+
+pytestmark = [pytest.mark.docker, pytest.mark.netns]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("agent-runtime")
+    with netns_fleet(workdir, direct=(), natted="n") as fleet:
+        server = ServerProcess(
+            workdir / "server",
+            simulate="1x1xA100-80GB",
+            env={
+                "GPUDOCK_AGENT_LINK_HOST": fleet.server_address,
+                "GPUDOCK_AGENT_LINK_PORT": "0",
+                "GPUDOCK_AGENT_HEARTBEAT_S": "0.3",
+                "GPUDOCK_AGENT_LINK_TIMEOUT_S": "2",
+            },
+        )
+        server.start()
+        try:
+            yield Cluster(fleet, server, workdir)
+        finally:
+            server.kill()
+    assert leftovers(fleet) == []
+
+
+def _instance(user: httpx.Client, instance_id: str, status: str) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        found: dict[str, Any] = user.get(f"/instances/{instance_id}").json()
+        return found if found["status"] == status else None
+
+    return wait_for(reached, f"instance {instance_id} {status}", deadline_s=120)
+
+
+def _deleted(user: httpx.Client, instance_id: str) -> None:
+    def gone() -> bool:
+        answer = user.get(f"/instances/{instance_id}")
+        return answer.status_code == 404 or answer.json()["status"] == "deleted"
+
+    wait_for(gone, f"instance {instance_id} deleted", deadline_s=120)
+
+
+def _containers(client: docker.DockerClient, instance_id: str) -> list[Any]:
+    return list(
+        client.containers.list(all=True, filters={"label": f"gpudock.instance={instance_id}"})
+    )
+
+
+def test_an_instance_runs_stops_and_goes_on_its_agent_hosts_engine(
+    cluster: Cluster, engine: docker.DockerClient
+) -> None:
+    host = cluster.fleet.hosts["n"]
+    gpus = fake_gpus("H200", 1, 140)
+    cluster.write_gpus("n", gpus)
+    cluster.agent(host, "join", *cluster.add("n")[3:5])
+    cluster.link("n", "up")
+    with cluster.server.client() as admin:
+        token = admin.post("/users", json={"name": "dora"}).json()["token"]
+    with cluster.server.client(token) as user:
+        created = user.post("/instances", json={"gpu_model": "H200-140GB", "gpu_count": 1})
+        assert created.status_code == 201, created.text
+        instance_id = created.json()["id"]
+        _instance(user, instance_id, "running")
+        on_host = host.engine()
+        [container] = _containers(on_host, instance_id)
+        assert container.status == "running"
+        config, sandbox = container.attrs["Config"], container.attrs["HostConfig"]
+        assert config["Labels"]["gpudock.cluster"] == cluster.server.cluster_id
+        assert config["Labels"]["gpudock.host"] == "n"
+        assert config["Labels"]["gpudock.gpus"] == gpus[0]["uuid"]
+        assert f"NVIDIA_VISIBLE_DEVICES={gpus[0]['uuid']}" in config["Env"]
+        assert [r["DeviceIDs"] for r in sandbox["DeviceRequests"]] == [[gpus[0]["uuid"]]]
+        assert sandbox["CapDrop"] == ["ALL"] and not sandbox["Privileged"]
+        assert "no-new-privileges:true" in sandbox["SecurityOpt"]
+        assert sandbox["PidsLimit"] > 0 and sandbox["Memory"] > 0
+        assert on_host.volumes.list(filters={"label": f"gpudock.instance={instance_id}"})
+        # The doctor was copied in over the link, and runs there.
+        ran = container.exec_run(["test", "-x", "/usr/local/bin/gpudock-doctor"])
+        assert ran.exit_code == 0
+        assert _containers(engine, instance_id) == []  # nothing on the server's own engine
+
+        assert user.post(f"/instances/{instance_id}/stop").status_code == 200
+        _instance(user, instance_id, "stopped")
+        container.reload()
+        assert container.status == "exited"
+        assert user.delete(f"/instances/{instance_id}").status_code == 200
+        _deleted(user, instance_id)
+    assert _containers(on_host, instance_id) == []
+    assert not on_host.volumes.list(filters={"label": f"gpudock.instance={instance_id}"})
