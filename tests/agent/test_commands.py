@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from gpudock.agent.commands import Generations
 from gpudock.db.models import HostModel, InstanceModel, InstanceStatus, LinkState
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.platform import Platform
+from gpudock.reconcile import garbage, liveness
+from gpudock.runtime import calls
 from gpudock.runtime.base import (
     LABEL_GPUS,
     ContainerSpec,
@@ -25,6 +28,7 @@ from gpudock.runtime.base import (
     ImageInfo,
     ImageNotFound,
     RegistryUnreachable,
+    Runtime,
     RuntimeTimeout,
     StaleGeneration,
     VolumeState,
@@ -292,3 +296,46 @@ def _drain_until(platform: Platform, instance_id: str, status: InstanceStatus) -
             return found if found is not None and found.status == status else None
 
     return wait_for(reached, f"instance {instance_id} {status.value}")
+
+
+def test_liveness_and_garbage_collection_act_on_the_agent_hosts_engine(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    rig, _ = linked
+    ctx = platform.ctx
+    owner = users.create_user(ctx, "alice").user
+    request = instances.InstanceRequest(gpu_model="H200-140GB", gpu_count=1, name="train")
+    created = instances.create_instance(ctx, owner, request)
+    _drain_until(platform, created.id, InstanceStatus.RUNNING)
+    name = containers.container_name(ctx.cluster_id, created.id)
+    first = rig.engine.inspect_container(name)
+    assert first is not None
+    rig.engine.end_main_process(first.id, 1)  # it exited on its own, on its host
+    liveness.check_running(ctx)
+    _drain_until(platform, created.id, InstanceStatus.RUNNING)
+    again = rig.engine.inspect_container(name)
+    assert again is not None and again.running and again.id == first.id  # restarted there
+    orphan = _spec("gpudock-left-behind")
+    labels = {**containers.cluster_labels(ctx.cluster_id), "gpudock.instance": "gone"}
+    rig.engine.create_container(replace(orphan, labels=labels))
+    rig.engine.ensure_volume("orphan-volume", containers.cluster_labels(ctx.cluster_id))
+    assert garbage.collect_garbage(ctx) == 2
+    assert rig.engine.inspect_container("gpudock-left-behind") is None
+    assert "orphan-volume" not in rig.engine.volumes
+    assert rig.engine.inspect_container(name) is not None  # a live instance's stays
+
+
+def test_every_runtime_method_is_either_over_the_link_or_refused_there() -> None:
+    protocol = {name for name in vars(Runtime) if not name.startswith("_")}
+    assert set(calls.METHODS) <= protocol
+    local_only = protocol - set(calls.METHODS)
+    assert local_only == {
+        "build_image",
+        "open_exec_stream",
+        "resize_exec",
+        "exec_exit_code",
+        "port_socket",
+        "container_of_pid",
+    }
+    for name in protocol:
+        assert callable(getattr(LinkRuntime, name)), name
