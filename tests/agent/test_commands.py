@@ -4,6 +4,7 @@ agent's own engine (a `FakeRuntime` here; the netns e2e test uses a real one).""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -325,11 +326,13 @@ def test_liveness_and_garbage_collection_act_on_the_agent_hosts_engine(
     assert rig.engine.inspect_container(name) is not None  # a live instance's stays
 
 
-def test_every_runtime_method_is_either_over_the_link_or_refused_there() -> None:
+def test_every_runtime_method_is_a_call_over_the_link_or_named_as_not_one() -> None:
     protocol = {name for name in vars(Runtime) if not name.startswith("_")}
     assert set(calls.METHODS) <= protocol
-    local_only = protocol - set(calls.METHODS)
-    assert local_only == {
+    # Exec streams have channels of their own; builds, port sockets and host PIDs
+    # do not cross the link.
+    not_calls = protocol - set(calls.METHODS)
+    assert not_calls == {
         "build_image",
         "open_exec_stream",
         "resize_exec",
@@ -339,3 +342,34 @@ def test_every_runtime_method_is_either_over_the_link_or_refused_there() -> None
     }
     for name in protocol:
         assert callable(getattr(LinkRuntime, name)), name
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    sock.setblocking(True)
+    sock.settimeout(30)
+    chunks = []
+    while chunk := sock.recv(1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_an_exec_stream_crosses_the_link_with_its_exit_code(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    _, host = linked
+    runtime = platform.ctx.runtime_for(host.id)
+    container = runtime.start_container(runtime.create_container(_spec()).id)
+    stream = runtime.open_exec_stream(container.id, ["cat"], tty=False, env={})
+    assert stream.exec_id.startswith(f"link:{host.id}:")
+    assert platform.ctx.runtime_for_exec(stream.exec_id) is runtime
+    assert platform.ctx.runtime_for_exec("fakeexec00000001") is platform.ctx.runtime
+    stream.sock.setblocking(True)
+    stream.sock.sendall(BINARY)
+    stream.sock.shutdown(socket.SHUT_WR)  # the process's stdin ends: `cat` ends
+    assert _read_all(stream.sock) == BINARY  # the fake engine's exec echoes, as `cat`
+    assert stream.err_sock is not None and _read_all(stream.err_sock) == b""
+    assert wait_for(lambda: runtime.exec_exit_code(stream.exec_id) == 0, "the exit code")
+    runtime.stop_container(container.id, 1)
+    with pytest.raises(RuntimeFailure, match="is not running") as refused:
+        runtime.open_exec_stream(container.id, ["cat"], tty=True, env={})
+    assert type(refused.value) is RuntimeFailure

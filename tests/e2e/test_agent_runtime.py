@@ -9,7 +9,11 @@ real GPU host, for the UUIDs the host's fake NVML reports.
 
 from __future__ import annotations
 
+import hashlib
+import re
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -18,7 +22,9 @@ import pytest
 
 from tests.support.agent_cluster import Cluster, fake_gpus
 from tests.support.fleet_netns import leftovers, netns_fleet
+from tests.support.key_proof import make_key, post_with_proof
 from tests.support.server_process import ServerProcess
+from tests.support.ssh_options import SSH_OPTIONS
 from tests.support.sshgw import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.netns]
@@ -52,6 +58,23 @@ def _instance(user: httpx.Client, instance_id: str, status: str) -> dict[str, An
         return found if found["status"] == status else None
 
     return wait_for(reached, f"instance {instance_id} {status}", deadline_s=120)
+
+
+def _ssh(
+    instance: dict[str, Any],
+    key: Path,
+    command: str,
+    *,
+    options: tuple[str, ...] = (),
+    stdin: bytes = b"",
+) -> subprocess.CompletedProcess[bytes]:
+    """OpenSSH through the server's gateway, with the command the API printed."""
+    match = re.search(r"-p (\d+) (\S+)@", instance["ssh_command"])
+    assert match, instance["ssh_command"]
+    port, login = match.groups()
+    argv = ["ssh", "-p", port, "-i", str(key), *SSH_OPTIONS, *options]
+    argv += [f"{login}@127.0.0.1", command]
+    return subprocess.run(argv, input=stdin, capture_output=True, timeout=60, check=False)
 
 
 def _deleted(user: httpx.Client, instance_id: str) -> None:
@@ -100,6 +123,21 @@ def test_an_instance_runs_stops_and_goes_on_its_agent_hosts_engine(
         ran = container.exec_run(["test", "-x", "/usr/local/bin/gpudock-doctor"])
         assert ran.exit_code == 0
         assert _containers(engine, instance_id) == []  # nothing on the server's own engine
+
+        # A session through the server's one SSH gateway, relayed over the host's link.
+        key = make_key(cluster.workdir, "dora")
+        assert post_with_proof(user, key, prefix="").status_code == 201
+        running = _instance(user, instance_id, "running")
+        data = bytes(range(256)) * 4096
+        piped = _ssh(running, key, "cat > /root/data/blob; sha256sum /root/data/blob", stdin=data)
+        assert piped.returncode == 0, piped.stderr
+        assert piped.stdout.decode().split()[0] == hashlib.sha256(data).hexdigest()
+        ran = _ssh(running, key, "echo $NVIDIA_VISIBLE_DEVICES; echo oops >&2; exit 3")
+        said = (ran.returncode, ran.stdout.decode(), ran.stderr)
+        assert said == (3, f"{gpus[0]['uuid']}\n", b"oops\n")
+        terminal = _ssh(running, key, "tty; stty size; exit 5", options=("-tt",))
+        assert terminal.returncode == 5, terminal.stderr
+        assert b"/dev/pts/" in terminal.stdout
 
         assert user.post(f"/instances/{instance_id}/stop").status_code == 200
         _instance(user, instance_id, "stopped")

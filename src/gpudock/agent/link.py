@@ -26,6 +26,7 @@ from pathlib import Path
 
 import asyncssh
 
+from gpudock.agent import streams
 from gpudock.agent.commands import CommandServer, Generations
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.state import Enrollment, LinkAddress, agent_key, save_enrollment
@@ -94,10 +95,15 @@ class Agent:
     host_name: str = ""
     on_welcome: Callable[[str], None] = field(default=lambda _name: None)
     commands: CommandServer | None = None
+    generations: Generations = field(init=False)
 
     def __post_init__(self) -> None:
+        self.generations = Generations(self.state_dir)
         if self.commands is None:
-            self.commands = CommandServer(self.inventory.runtime, Generations(self.state_dir))
+            self.commands = CommandServer(self.inventory.runtime, self.generations)
+
+    def _admit(self, scope: calls.InstanceScope) -> None:
+        self.generations.admit(scope)
 
     @classmethod
     def joining(cls, state_dir: Path, inventory: HostInventory, url: str, token: str) -> Agent:
@@ -137,7 +143,8 @@ class Agent:
                 password_auth=False,
                 kbdint_auth=False,
                 gss_host=None,
-                allow_pty=False,
+                allow_pty=True,  # exec channels' terminals: a size, no local pty
+                line_editor=False,
                 agent_forwarding=False,
                 x11_forwarding=False,
                 login_timeout=LOGIN_TIMEOUT_S,
@@ -167,8 +174,12 @@ class Agent:
             )
 
     async def _converse(self, process: asyncssh.SSHServerProcess[bytes], outcome: _Outcome) -> None:
+        # Only the server, which proved the pinned key, can open a channel at all.
         if process.subsystem == calls.SUBSYSTEM and self.commands is not None:
-            await self.commands.serve(process)  # only the server, which proved its key, gets here
+            await self.commands.serve(process)
+            return
+        if (process.command or "").startswith(calls.EXEC_COMMAND):
+            await streams.serve_exec(self.inventory.runtime, process, self._admit)
             return
         if process.subsystem != wire.SUBSYSTEM:
             process.exit(1)

@@ -21,9 +21,11 @@ import logging
 import asyncssh
 from pydantic import ValidationError
 
+from gpudock.agentgw.streams import ExecChannels
 from gpudock.errors import RuntimeUnavailable
 from gpudock.runtime import calls
-from gpudock.runtime.calls import CallRequest, CallResponse
+from gpudock.runtime.base import ExecStream
+from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest
 
 log = logging.getLogger(__name__)
 
@@ -99,15 +101,43 @@ class CommandChannel:
 
 
 class ThreadBridge:
-    """A `CallTransport` for worker threads, onto the channel's event loop."""
+    """A `CallTransport` for worker threads, onto the link's event loop."""
 
-    def __init__(self, channel: CommandChannel, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, channel: CommandChannel, execs: ExecChannels, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self._channel = channel
+        self._execs = execs
         self._loop = loop
 
-    def call(self, request: CallRequest, timeout_s: float) -> CallResponse:
+    def open_exec(self, request: ExecRequest, timeout_s: float) -> ExecStream:
+        self._refuse_on_the_loop()
+        opening = asyncio.run_coroutine_threadsafe(self._execs.open(request, timeout_s), self._loop)
+        try:
+            return opening.result(timeout_s)
+        except TimeoutError as exc:
+            opening.cancel()
+            raise RuntimeUnavailable(
+                f"host {self._channel.host_name}: its agent did not start the exec within "
+                f"{timeout_s:g} s"
+            ) from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise RuntimeUnavailable(
+                f"host {self._channel.host_name}: the exec channel failed: {exc}"
+            ) from exc
+
+    def resize_exec(self, exec_id: str, width: int, height: int) -> None:
+        self._loop.call_soon_threadsafe(self._execs.resize, exec_id, width, height)
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        return self._execs.exit_code(exec_id)
+
+    def _refuse_on_the_loop(self) -> None:
         if _running_loop() is self._loop:
             raise RuntimeError("a runtime call from the link's own event loop would block it")
+
+    def call(self, request: CallRequest, timeout_s: float) -> CallResponse:
+        self._refuse_on_the_loop()
         pending = asyncio.run_coroutine_threadsafe(self._channel.request(request), self._loop)
         try:
             return pending.result(timeout_s)

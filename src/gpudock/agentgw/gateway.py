@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import asyncssh
 
 from gpudock.agentgw.commands import CommandChannel, ThreadBridge
+from gpudock.agentgw.streams import ExecChannels
 from gpudock.errors import GpudockError
 from gpudock.link import keys, wire
 from gpudock.services.agents import enrollment, links, server_key
@@ -43,10 +44,12 @@ STOP_DEADLINE_S = 5.0
 @dataclass
 class _Attached:
     channel: CommandChannel
+    execs: ExecChannels
     bridge: ThreadBridge
 
     def close(self) -> None:
         self.channel.close()
+        self.execs.close()
 
 
 class _LinkClient(asyncssh.SSHClient):
@@ -163,10 +166,11 @@ class AgentGateway:
     ) -> _Attached:
         """The host's runtime calls go over a command session on this link from now on."""
         channel = await CommandChannel.open(conn, host.name)
-        bridge = ThreadBridge(channel, asyncio.get_running_loop())
+        execs = ExecChannels(conn, host.id, host.name)
+        bridge = ThreadBridge(channel, execs, asyncio.get_running_loop())
         if self.ctx.hosts is not None:
             self.ctx.hosts.attach(host.id, host.name, bridge)
-        return _Attached(channel, bridge)
+        return _Attached(channel, execs, bridge)
 
     def _detach_commands(self, host: AgentHost | None, attached: _Attached) -> None:
         if host is not None and self.ctx.hosts is not None:

@@ -90,6 +90,27 @@ class CallResponse(BaseModel):
     error: CallError | None = None
 
 
+EXEC_COMMAND = "gpudock-exec "  # an exec channel's command: this, then an `ExecRequest`
+
+
+class ExecRequest(BaseModel):
+    """What an exec channel runs (see `agent.streams`)."""
+
+    container_id: str
+    command: list[str]
+    env: dict[str, str]
+    tty: bool
+    scope: InstanceScope | None = None
+
+
+class ExecOpened(BaseModel):
+    """The agent's first line on an exec channel: the exec's id, or why not."""
+
+    exec_id: str | None = None
+    code: str | None = None
+    message: str = ""
+
+
 class _ExecResultWire(BaseModel):
     """`ExecResult` with its output as base64: the bytes need not be text."""
 

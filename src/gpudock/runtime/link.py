@@ -39,7 +39,9 @@ from gpudock.runtime.base import (
     Runtime,
     VolumeState,
 )
-from gpudock.runtime.calls import CallRequest, CallResponse, InstanceScope
+from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest, InstanceScope
+
+LOST_EXIT_CODE = 255  # an exec whose link went before it said how it ended
 
 
 class CallTransport(Protocol):
@@ -48,6 +50,23 @@ class CallTransport(Protocol):
         the link's own loop). `RuntimeUnavailable` if the link is down, drops
         before the answer, or no answer comes within `timeout_s`."""
         ...
+
+    def open_exec(self, request: ExecRequest, timeout_s: float) -> ExecStream:
+        """Start an exec on the agent's engine over a channel of its own (see
+        `Runtime.open_exec_stream`); its id is `exec_id_on(host, …)`."""
+        ...
+
+    def resize_exec(self, exec_id: str, width: int, height: int) -> None: ...
+
+    def exec_exit_code(self, exec_id: str) -> int | None: ...
+
+
+EXEC_PREFIX = "link:"
+
+
+def exec_id_on(host_id: str, agent_exec_id: str) -> str:
+    """The id of an exec over `host_id`'s link (what `HostRuntimes.for_exec` reads)."""
+    return f"{EXEC_PREFIX}{host_id}:{agent_exec_id}"
 
 
 @dataclass
@@ -83,15 +102,19 @@ class LinkRuntime:
             self._slot, timeout_s=self._timeout_s, copy_timeout_s=self._copy_timeout_s, scope=scope
         )
 
-    def _call(self, method: str, wait_s: float | None = None, /, **args: Any) -> Any:
-        """`method` on the host's agent; `wait_s`: how long its answer may take
-        (default: the runtime call timeout)."""
+    def _transport(self) -> CallTransport:
         transport = self._slot.transport
         if transport is None:
             raise RuntimeUnavailable(
                 f"host {self.host_name}: its agent is not connected to this server; "
                 "the call is retried once its link is up (see `gpudock hosts list`)"
             )
+        return transport
+
+    def _call(self, method: str, wait_s: float | None = None, /, **args: Any) -> Any:
+        """`method` on the host's agent; `wait_s`: how long its answer may take
+        (default: the runtime call timeout)."""
+        transport = self._transport()
         request = calls.encode_request(next(self._slot.ids), method, args, self._scope)
         response = transport.call(request, wait_s or self._timeout_s)
         return calls.decode_result(method, response)
@@ -271,13 +294,19 @@ class LinkRuntime:
     def open_exec_stream(
         self, container_id: str, command: list[str], *, tty: bool, env: dict[str, str]
     ) -> ExecStream:
-        raise self._not_over_the_link("an exec session")
+        request = ExecRequest(
+            container_id=container_id, command=command, env=env, tty=tty, scope=self._scope
+        )
+        return self._transport().open_exec(request, self._timeout_s)
 
     def resize_exec(self, exec_id: str, width: int, height: int) -> None:
-        raise self._not_over_the_link("an exec session")
+        transport = self._slot.transport
+        if transport is not None:  # else the exec has ended with its link
+            transport.resize_exec(exec_id, width, height)
 
     def exec_exit_code(self, exec_id: str) -> int | None:
-        raise self._not_over_the_link("an exec session")
+        transport = self._slot.transport
+        return transport.exec_exit_code(exec_id) if transport is not None else LOST_EXIT_CODE
 
     def port_socket(self, container_id: str, port: int) -> PortSocket:
         raise self._not_over_the_link("a port connection")
@@ -327,6 +356,16 @@ class HostRuntimes:
         if runtime is None:
             return self.local
         return runtime.scoped(scope) if scope is not None else runtime
+
+    def for_exec(self, exec_id: str) -> Runtime:
+        """The runtime that started exec `exec_id` (a link's ids name their host)."""
+        if exec_id.startswith(EXEC_PREFIX):
+            host_id = exec_id[len(EXEC_PREFIX) :].partition(":")[0]
+            with self._lock:
+                runtime = self._hosts.get(host_id)
+            if runtime is not None:
+                return runtime
+        return self.local
 
     def every_engine(self) -> list[Runtime]:
         """The local engine and each agent host's whose link is up: where this

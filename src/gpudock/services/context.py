@@ -49,6 +49,10 @@ class ServiceContext:
             return self.runtime
         return self.hosts.for_host(host_id, scope)
 
+    def runtime_for_exec(self, exec_id: str) -> Runtime:
+        """The runtime that started exec `exec_id` (resizes, exit codes)."""
+        return self.runtime if self.hosts is None else self.hosts.for_exec(exec_id)
+
     def every_engine(self) -> list[Runtime]:
         """`runtime` and each linked agent host's: where containers may be."""
         return [self.runtime] if self.hosts is None else self.hosts.every_engine()

@@ -207,11 +207,11 @@ def open_stream(
 
 
 def resize(ctx: ServiceContext, exec_id: str, width: int, height: int) -> None:
-    ctx.runtime.resize_exec(exec_id, width, height)
+    ctx.runtime_for_exec(exec_id).resize_exec(exec_id, width, height)
 
 
 def exit_code(ctx: ServiceContext, exec_id: str) -> int | None:
-    return ctx.runtime.exec_exit_code(exec_id)
+    return ctx.runtime_for_exec(exec_id).exec_exit_code(exec_id)
 
 
 def signal(ctx: ServiceContext, instance_id: str, marker: str, signal_name: str) -> None:
