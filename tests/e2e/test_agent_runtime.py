@@ -73,8 +73,30 @@ def _ssh(
     assert match, instance["ssh_command"]
     port, login = match.groups()
     argv = ["ssh", "-p", port, "-i", str(key), *SSH_OPTIONS, *options]
-    argv += [f"{login}@127.0.0.1", command]
+    argv += [f"{login}@127.0.0.1", *([command] if command else [])]
     return subprocess.run(argv, input=stdin, capture_output=True, timeout=60, check=False)
+
+
+ECHO_SERVER = """
+import socket
+server = socket.create_server(("127.0.0.1", 7000))
+while True:
+    conn, _ = server.accept()
+    while data := conn.recv(65536):
+        conn.sendall(data)
+    conn.close()
+"""
+PORT_OPEN = "import socket; socket.create_connection(('127.0.0.1', 7000), 1).close()"
+
+
+def _scp(
+    instance: dict[str, Any], key: Path, local: str, remote: str
+) -> subprocess.CompletedProcess[bytes]:
+    match = re.search(r"-p (\d+) (\S+)@", instance["ssh_command"])
+    assert match, instance["ssh_command"]
+    port, login = match.groups()
+    argv = ["scp", "-P", port, "-i", str(key), *SSH_OPTIONS, local, f"{login}@127.0.0.1:{remote}"]
+    return subprocess.run(argv, capture_output=True, timeout=60, check=False)
 
 
 def _deleted(user: httpx.Client, instance_id: str) -> None:
@@ -138,6 +160,17 @@ def test_an_instance_runs_stops_and_goes_on_its_agent_hosts_engine(
         terminal = _ssh(running, key, "tty; stty size; exit 5", options=("-tt",))
         assert terminal.returncode == 5, terminal.stderr
         assert b"/dev/pts/" in terminal.stdout
+        # scp (SFTP underneath) and -W run their relays as execs over the link too.
+        local = cluster.workdir / "upload"
+        local.write_bytes(data[::-1])
+        copied = _scp(running, key, str(local), "/root/data/upload")
+        assert copied.returncode == 0, copied.stderr
+        summed = container.exec_run(["sha256sum", "/root/data/upload"]).output.decode()
+        assert summed.split()[0] == hashlib.sha256(data[::-1]).hexdigest()
+        container.exec_run(["python3", "-c", ECHO_SERVER], detach=True)
+        wait_for(lambda: container.exec_run(["python3", "-c", PORT_OPEN]).exit_code == 0, "echo")
+        relayed = _ssh(running, key, "", options=("-W", "127.0.0.1:7000"), stdin=b"ping")
+        assert relayed.stdout == b"ping", relayed.stderr
 
         assert user.post(f"/instances/{instance_id}/stop").status_code == 200
         _instance(user, instance_id, "stopped")
