@@ -373,3 +373,25 @@ def test_an_exec_stream_crosses_the_link_with_its_exit_code(
     with pytest.raises(RuntimeFailure, match="is not running") as refused:
         runtime.open_exec_stream(container.id, ["cat"], tty=True, env={})
     assert type(refused.value) is RuntimeFailure
+
+
+def test_a_terminal_exec_is_sized_and_resized_over_the_link(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    rig, host = linked
+    runtime = platform.ctx.runtime_for(host.id)
+    container = runtime.start_container(runtime.create_container(_spec()).id)
+    stream = runtime.open_exec_stream(container.id, ["sh"], tty=True, env={"TERM": "xterm"})
+    agent_exec_id = stream.exec_id.rsplit(":", 1)[1]
+    assert stream.err_sock is None  # a terminal: one stream
+    wait_for(lambda: rig.engine.resizes == [(agent_exec_id, 80, 24)], "the pty request's size")
+    platform.ctx.runtime_for_exec(stream.exec_id).resize_exec(stream.exec_id, 132, 43)
+    wait_for(lambda: rig.engine.resizes[-1] == (agent_exec_id, 132, 43), "the window change")
+    stream.sock.setblocking(True)
+    stream.sock.sendall(b"typed\n")
+    stream.sock.shutdown(socket.SHUT_WR)
+    assert _read_all(stream.sock) == b"typed\n"
+    code = wait_for(
+        lambda: (c := runtime.exec_exit_code(stream.exec_id)) is not None and [c], "the exit code"
+    )
+    assert code == [0] and runtime.exec_exit_code(stream.exec_id) == 0  # asked twice: kept

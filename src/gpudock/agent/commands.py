@@ -71,6 +71,8 @@ class Generations:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             json.dump(self._seen, handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before the command it admits runs
         partial.replace(self._path)
 
 

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import asyncssh
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 CHUNK = 1 << 16
 TERMINAL = "xterm-256color"
 LOST = 255  # the exit code of an exec whose channel closed without one
+ENDED_KEPT = 256  # exit codes kept after they were first read (a caller may ask again)
 
 
 @dataclass
@@ -52,6 +54,7 @@ class ExecChannels:
         self._host_id = host_id
         self._host_name = host_name
         self._open: dict[str, _Exec] = {}
+        self._ended: OrderedDict[str, int] = OrderedDict()
 
     async def open(self, request: ExecRequest, timeout_s: float) -> ExecStream:
         process = await self._conn.create_process(
@@ -106,6 +109,8 @@ class ExecChannels:
                 relay.process.change_terminal_size(width, height)
 
     def exit_code(self, exec_id: str) -> int | None:
+        if exec_id in self._ended:
+            return self._ended[exec_id]
         relay = self._open.get(exec_id)
         if relay is None:
             return LOST
@@ -114,6 +119,9 @@ class ExecChannels:
             status = LOST  # the link or the agent went before the process ended
         if status is not None:
             self._open.pop(exec_id, None)
+            self._ended[exec_id] = status
+            while len(self._ended) > ENDED_KEPT:
+                self._ended.popitem(last=False)
         return status
 
     def close(self) -> None:
