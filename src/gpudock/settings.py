@@ -174,7 +174,9 @@ class Settings(BaseSettings):
     host_lost_after_s: float = Field(
         default=60.0,
         gt=0,
-        description="A runtime unreachable this long marks its hosts' GPUs unhealthy.",
+        description="A host unheard this long is lost: an agent host without a heartbeat "
+        "(its instances stop being billed at the last one), the local runtime unreachable; "
+        "its GPUs become unhealthy.",
     )
 
     # -- instance sizing --------------------------------------------------

@@ -21,6 +21,7 @@ from gpudock.db.models import (
     GpuAllocationModel,
     GpuDeviceModel,
     GpuShareModel,
+    HostLossPolicy,
     HostModel,
     InstanceEventModel,
     InstanceModel,
@@ -68,6 +69,8 @@ class InstanceRequest:
     auto_stop: AutoStopPolicy | None = None
     services: tuple[tuple[str, int], ...] = ()  # ports to publish (name, port)
     command: str | None = None  # a job's shell command line (see job_command)
+    host_labels: dict[str, str] = field(default_factory=dict)  # a host must carry them all
+    on_host_loss: HostLossPolicy = HostLossPolicy.WAIT
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,8 @@ def create_instance(
                 placed=False,
                 service_token=secrets.token_urlsafe(32),
                 command=command,
+                host_labels=json.dumps(request.host_labels, sort_keys=True),
+                host_loss_policy=request.on_host_loss,
             )
             session.add(instance)
             switch_instance_status(
