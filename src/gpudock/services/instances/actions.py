@@ -34,7 +34,7 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
-from gpudock.services.instances import auto_stop, job_command, published, sizing
+from gpudock.services.instances import auto_stop, job_command, labels, published, sizing
 from gpudock.services.instances.auto_stop import AutoStopPolicy
 from gpudock.services.instances.status import (
     S,
@@ -168,11 +168,14 @@ def _encode_env(env: dict[str, str]) -> str:
 def _size(ctx: ServiceContext, request: InstanceRequest) -> sizing.Size:
     """The request's sizes, read before the create's transaction: hosts and their
     GPUs are the fleet's configuration, and on SQLite every read inside a write
-    transaction holds the one write lock (a create takes exactly one)."""
+    transaction holds the one write lock (a create takes exactly one). A host
+    must carry the labels it asks for and be able to hold it."""
     with ctx.reader() as session:
         simulated = sizing.simulated_fleet(session)
     ceiling = _cpu_ceiling(ctx) if simulated else None  # an engine call: no session open
     with ctx.reader() as session:
+        models = tuple(m for m in dict.fromkeys((request.gpu_model, *request.gpu_models)) if m)
+        labels.check_host_labels(session, request.host_labels, models, request.gpu_count)
         return sizing.resolve_size(session, ctx.settings, request, ceiling)
 
 
