@@ -288,6 +288,13 @@ class Settings(BaseSettings):
         description="Time a new link has to authenticate and say hello; also the keepalive "
         "interval, three of which unanswered drop the link.",
     )
+    agent_lease_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long an agent keeps its tenants running without hearing this "
+        "server (renewed by every acknowledged heartbeat); then it stops them itself. "
+        "Default: GPUDOCK_HOST_LOST_AFTER_S, when the server stops billing them.",
+    )
 
     # -- rate limits: "N/second;M/minute" (the `limits` notation) --
     rate_limits_enabled: bool = Field(

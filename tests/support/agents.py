@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.link import Agent
 from gpudock.agent.state import load_enrollment
@@ -52,17 +53,27 @@ class LinkRig:
     def state_dir(self, name: str) -> Path:
         return self.workdir / f"agent-{name}"
 
-    def join(self, name: str, url: str, token: str, nvml: FakeNvml | None = None) -> Future[None]:
+    def join(
+        self,
+        name: str,
+        url: str,
+        token: str,
+        nvml: FakeNvml | None = None,
+        runtime: FakeRuntime | None = None,
+    ) -> Future[None]:
         """Start agent `name` (its own key in its own state dir) with a join command.
         `nvml`: the GPUs it reports (one H200 unless given); a test may change its
-        `devices` while the agent runs, and the next heartbeat reports the change."""
-        agent = Agent.joining(self.state_dir(name), _inventory(nvml), url, token)
+        `devices` while the agent runs, and the next heartbeat reports the change.
+        `runtime`: its engine, which its fence stops tenants on (a fresh one unless given)."""
+        inventory = _inventory(nvml, runtime)
+        agent = Agent.joining(self.state_dir(name), inventory, url, token)
+        agent.fence = Fence(inventory.runtime)
         return self._launch(name, agent)
 
     def rerun(self, name: str, nvml: FakeNvml | None = None) -> Future[None]:
         """Start agent `name` again from what its join saved (`gpudock agent run`)."""
         enrollment = load_enrollment(self.state_dir(name))
-        inventory = _inventory(nvml)
+        inventory = _inventory(nvml, None)
         return self._launch(name, Agent.enrolled(self.state_dir(name), inventory, enrollment))
 
     def halt(self, name: str) -> None:
@@ -76,8 +87,8 @@ class LinkRig:
         return running
 
 
-def _inventory(nvml: FakeNvml | None) -> HostInventory:
-    return HostInventory(NvmlGpuSource(nvml=nvml or h200_1x()), FakeRuntime())
+def _inventory(nvml: FakeNvml | None, runtime: FakeRuntime | None) -> HostInventory:
+    return HostInventory(NvmlGpuSource(nvml=nvml or h200_1x()), runtime or FakeRuntime())
 
 
 def join_parts(command: str) -> tuple[str, str]:

@@ -18,6 +18,11 @@ class HostInventory:
         self._gpus = gpu_source
         self._runtime = runtime
 
+    @property
+    def runtime(self) -> Runtime:
+        """The host's engine (the fence stops tenants through it)."""
+        return self._runtime
+
     def report(self) -> HostReport:
         """Blocking (NVML and the engine are asked): call it off the event loop."""
         report = HostReport(agent_version=__version__)
