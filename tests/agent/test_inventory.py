@@ -5,6 +5,7 @@ real NVML code (`tests.support.agents.LinkRig`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,12 @@ from tests.support.sshgw import wait_for
 H200 = "H200-140GB"  # not in the simulated fleet: only the agent host has it
 
 
-def h200s(count: int) -> FakeNvml:
+def h200s(count: int, tag: int = 0x4200) -> FakeNvml:
+    """`count` H200s, their UUIDs made from `tag` (one per host)."""
     devices = [
         FakeGpu(
             name="NVIDIA H200",
-            uuid=fake_uuid(0x4200, i),
+            uuid=fake_uuid(tag, i),
             memory_total=143771 * MIB,
             bus_id=f"00000000:{0x1B + i:02X}:00.0",
             numa_node=i % 2,
@@ -154,6 +156,24 @@ def test_a_removed_host_leaves_the_inventory_and_its_name_keeps_its_id(
     assert not gpu_row(platform, fake_uuid(0x4200, 0)).present
     # Enrolled again under its name, it is the same host to the instances that ran there.
     assert hosts.add_host(platform.ctx, "box-1").host.id == host_id
+
+
+def test_an_instance_asking_for_labels_is_placed_only_on_a_host_carrying_them(
+    rig: LinkRig, platform: Platform
+) -> None:
+    hosts.add_host(platform.ctx, "eu-1", {"region": "eu"})
+    eu = enroll(rig, platform, "eu-1", h200s(1))
+    us = enroll(rig, platform, "us-1", h200s(2, tag=0x4201))  # roomier: chosen without labels
+    hosts.label_host(platform.ctx, "us-1", {"region": "us"})
+    user = users.create_user(platform.ctx, "ann").user
+    wanted = InstanceRequest(gpu_model=H200, gpu_count=1, host_labels={"region": "eu"})
+    for name in ("first", "second"):
+        actions.create_instance(platform.ctx, user, replace(wanted, name=name))
+    platform.reconciler.drain()
+    first, second = sorted(actions.list_instances(platform.ctx, user), key=lambda i: i.name)
+    assert (first.host_id, first.status.value) == (eu, "running")
+    assert (second.host_id, second.status.value) == (None, "pending")  # us-1 is free, not eu
+    assert us in snapshot(platform) and len(snapshot(platform)[us].free_gpus) == 2
 
 
 def test_a_name_the_local_gpu_source_holds_is_refused(platform: Platform) -> None:

@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.link import Agent
 from gpudock.agent.state import load_enrollment
@@ -66,11 +67,11 @@ class LinkRig:
         """Start agent `name` (its own key in its own state dir) with a join command.
         `nvml`: the GPUs it reports (one H200 unless given); a test may change its
         `devices` while the agent runs, and the next heartbeat reports the change.
-        `runtime`: the engine the server's runtime calls run on (a `FakeRuntime`
-        unless given; `runtimes[name]`)."""
-        agent = Agent.joining(
-            self.state_dir(name), self._inventory(name, nvml, runtime), url, token
-        )
+        `runtime`: its engine, on which the server's runtime calls run and its fence
+        stops tenants (a `FakeRuntime` unless given; `runtimes[name]`)."""
+        inventory = self._inventory(name, nvml, runtime)
+        agent = Agent.joining(self.state_dir(name), inventory, url, token)
+        agent.fence = Fence(inventory.runtime)
         return self._launch(name, agent)
 
     def rerun(self, name: str, nvml: FakeNvml | None = None) -> Future[None]:

@@ -20,7 +20,8 @@ class HostInventory:
 
     @property
     def runtime(self) -> Runtime:
-        """The host's engine, which the server's runtime calls run on too."""
+        """The host's engine: the server's runtime calls run on it, and the fence
+        stops tenants through it."""
         return self._runtime
 
     def report(self) -> HostReport:

@@ -28,6 +28,7 @@ import asyncssh
 
 from gpudock.agent import streams
 from gpudock.agent.commands import CommandServer, Generations
+from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.state import Enrollment, LinkAddress, agent_key, save_enrollment
 from gpudock.link import keys, wire
@@ -94,6 +95,7 @@ class Agent:
     join: JoinToken | None = None
     host_name: str = ""
     on_welcome: Callable[[str], None] = field(default=lambda _name: None)
+    fence: Fence | None = None  # stops the tenants when the server's lease runs out
     commands: CommandServer | None = None
     generations: Generations = field(init=False)
 
@@ -118,6 +120,14 @@ class Agent:
 
     async def run(self) -> None:
         """Keep the link up until stopped; raises `AgentStopped` when retrying is useless."""
+        watching = asyncio.ensure_future(self.fence.watch()) if self.fence else None
+        try:
+            await self._keep_linked()
+        finally:
+            if watching is not None:
+                watching.cancel()
+
+    async def _keep_linked(self) -> None:
         delay = BACKOFF_FIRST_S
         while True:
             welcomed = await self._one_link()
@@ -216,23 +226,31 @@ class Agent:
             self.pin = _Pin(key=self.pin.proven, proven=self.pin.proven)
             self.join = None
         self.host_name = welcome.host_name
+        if self.fence is not None:
+            self.fence.renew(welcome.lease_s)
         log.info("linked to %s as host %s", self.link, welcome.host_name)
         self.on_welcome(welcome.host_name)
 
     async def _beat(
         self, process: asyncssh.SSHServerProcess[bytes], every_s: float, outcome: _Outcome
     ) -> None:
-        """Heartbeats out, until the link ends or the server refuses us."""
+        """Heartbeats out and their acknowledgements in (each renews the lease), until
+        the link ends or the server refuses us."""
         listening = asyncio.ensure_future(wire.receive(process.stdin))
         try:
             while True:
                 done, _ = await asyncio.wait({listening}, timeout=every_s)
-                if done:
-                    answer = listening.result()
+                if not done:
+                    await wire.send(process.stdout, wire.Heartbeat(report=await self._report()))
+                    continue
+                answer = listening.result()
+                if not isinstance(answer, wire.Ack):
                     if isinstance(answer, wire.Refused):
                         outcome.refused = answer.message
                     return
-                await wire.send(process.stdout, wire.Heartbeat(report=await self._report()))
+                if self.fence is not None:
+                    self.fence.renew(answer.lease_s)
+                listening = asyncio.ensure_future(wire.receive(process.stdin))
         finally:
             listening.cancel()
             with contextlib.suppress(asyncio.CancelledError, wire.LinkClosed):

@@ -75,6 +75,12 @@ class AgentGateway:
         assert self._acceptor is not None, "the agent gateway is not started"
         return int(self._acceptor.get_port())
 
+    @property
+    def _lease_s(self) -> float:
+        """How long an agent keeps its tenants running without hearing us."""
+        settings = self.ctx.settings
+        return settings.agent_lease_s or settings.host_lost_after_s
+
     def connected_hosts(self) -> set[str]:
         """Ids of the hosts whose agents hold a link to this server now."""
         return set(self._links)
@@ -203,10 +209,12 @@ class AgentGateway:
         self._links[host.id] = conn
         if previous is not None:
             previous.close()  # the agent restarted before its old connection timed out
-        await wire.send(
-            writer,
-            wire.Welcome(host_name=host.name, heartbeat_s=self.ctx.settings.agent_heartbeat_s),
+        welcome = wire.Welcome(
+            host_name=host.name,
+            heartbeat_s=self.ctx.settings.agent_heartbeat_s,
+            lease_s=self._lease_s,
         )
+        await wire.send(writer, welcome)
         log.info("agent link of host %s is up (from %s)", host.name, peer)
         return host
 
@@ -237,7 +245,8 @@ class AgentGateway:
         writer: asyncssh.SSHWriter[bytes],
         reader: asyncssh.SSHReader[bytes],
     ) -> None:
-        """Until the link ends: record each heartbeat; three missed ones end it."""
+        """Until the link ends: record and acknowledge each heartbeat (which renews the
+        agent's lease); three missed ones end it."""
         settings = self.ctx.settings
         patience = 3 * settings.agent_heartbeat_s + settings.agent_link_timeout_s
         while True:
@@ -253,3 +262,4 @@ class AgentGateway:
                 )
                 await self._refuse(writer, reader, refusal)
                 return
+            await wire.send(writer, wire.Ack(lease_s=self._lease_s))  # the lease runs again

@@ -31,6 +31,7 @@ from gpudock.scheduler.placement import (
     Placement,
     PlacementRequest,
     SharedGpu,
+    carries_labels,
     place,
 )
 from gpudock.services.billing import balances as billing
@@ -119,6 +120,7 @@ def _nearest_host(snapshot: list[HostCapacity], request: PlacementRequest) -> st
         h
         for h in snapshot
         if (request.allowed_hosts is None or h.host_id in request.allowed_hosts)
+        and carries_labels(h, request)
         and (not models or models & h.gpu_models)
     ]
     if not usable:

@@ -48,6 +48,7 @@ class HostCapacity:
     free_gpus: tuple[GpuSlot, ...]  # whole, unshared, healthy
     gpu_models: frozenset[str] = frozenset()
     shared_gpus: tuple[SharedGpu, ...] = ()
+    labels: frozenset[tuple[str, str]] = frozenset()  # the operator's (key, value) pairs
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class PlacementRequest:
     allowed_hosts: frozenset[str] | None = None  # None: any; e.g. where the image can run
     share_milli: int | None = None  # a share of one GPU; None: gpu_count whole GPUs
     other_models: frozenset[str] = frozenset()  # acceptable besides gpu_model
+    host_labels: frozenset[tuple[str, str]] = frozenset()  # a host must carry every one
 
     @property
     def models(self) -> frozenset[str]:
@@ -79,7 +81,7 @@ class Placement:
 
 def place(hosts: Sequence[HostCapacity], request: PlacementRequest) -> Placement | None:
     """Choose a host and GPUs for the request, or None if it cannot fit now."""
-    candidates = [h for h in hosts if _fits(h, request)]
+    candidates = [h for h in hosts if carries_labels(h, request) and _fits(h, request)]
     if request.required_host is not None:
         candidates = [h for h in candidates if h.host_id == request.required_host]
     if request.allowed_hosts is not None:
@@ -94,6 +96,11 @@ def place(hosts: Sequence[HostCapacity], request: PlacementRequest) -> Placement
     best = min(candidates, key=lambda h: _tightness(h, request))
     chosen = _choose_gpus(_matching(best, request), request.gpu_count)
     return Placement(best.host_id, chosen, _model_of(best, chosen))
+
+
+def carries_labels(host: HostCapacity, request: PlacementRequest) -> bool:
+    """The host carries every label the request asks for (none asked: any host)."""
+    return request.host_labels <= host.labels
 
 
 def _fits(host: HostCapacity, request: PlacementRequest) -> bool:

@@ -136,6 +136,7 @@ ZH_CN: dict[str, str] = {
     "starting": "开机中",
     "deleting": "删除中",
     "migrating": "迁移中",
+    "unreachable": "主机失联",
     "deleted": "已删除",
     "failed": "失败",
     "healthy": "正常",

@@ -36,6 +36,7 @@ class InstanceStatus(enum.StrEnum):
     DELETED = "deleted"
     FAILED = "failed"
     MIGRATING = "migrating"  # moving off a failed GPU or host
+    UNREACHABLE = "unreachable"  # its host is lost; waiting for it (the data lives there)
 
 
 class HostLossPolicy(enum.StrEnum):

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from gpudock import syntax
 from gpudock.db.models import AgentHostModel, AgentHostState, JoinTokenModel, LinkState
 from gpudock.errors import Conflict, InvalidRequest, NotFound
 from gpudock.gpu.base import GpuInfo, HostInfo
@@ -47,6 +48,8 @@ class AgentHost:
     gpus: tuple[GpuReport, ...]
     created_at: datetime
     enrolled_at: datetime | None
+    labels: dict[str, str]
+    lost_at: datetime | None
 
     @classmethod
     def of(cls, row: AgentHostModel) -> AgentHost:
@@ -64,6 +67,8 @@ class AgentHost:
             gpus=tuple(GpuReport.model_validate(gpu) for gpu in json.loads(row.gpus)),
             created_at=row.created_at,
             enrolled_at=row.enrolled_at,
+            labels=json.loads(row.labels or "{}"),
+            lost_at=row.lost_at,
         )
 
 
@@ -77,9 +82,12 @@ class HostInvitation:
     join_command: str
 
 
-def add_host(ctx: ServiceContext, name: str) -> HostInvitation:
-    """Record host `name` as pending and issue its one-time join token. Adding a
-    pending host again issues a fresh token and voids the earlier ones."""
+def add_host(
+    ctx: ServiceContext, name: str, labels: dict[str, str] | None = None
+) -> HostInvitation:
+    """Record host `name` as pending (with `labels`) and issue its one-time join
+    token. Adding a pending host again issues a fresh token and voids the earlier
+    ones; labels given then replace its labels."""
     link_url = server_key.link_url(ctx.settings)
     if not _HOST_NAME.fullmatch(name):
         raise InvalidRequest(
@@ -87,6 +95,7 @@ def add_host(ctx: ServiceContext, name: str) -> HostInvitation:
             "starting and ending with a letter or digit",
             field="name",
         )
+    _check_labels(labels or {})
     token = JoinToken.new(server_key.server_fingerprint(ctx.settings))
     now = ctx.clock()
     expires_at = now + timedelta(seconds=ctx.settings.agent_join_token_ttl_s)
@@ -100,6 +109,8 @@ def add_host(ctx: ServiceContext, name: str) -> HostInvitation:
             )
         if row is None:
             row = _new_host(session, name, now)
+        if labels is not None:
+            row.labels = json.dumps(labels, sort_keys=True)
         session.execute(delete(JoinTokenModel).where(JoinTokenModel.host_id == row.id))
         session.add(
             JoinTokenModel(
@@ -152,6 +163,27 @@ def drain_host(ctx: ServiceContext, name: str, *, draining: bool = True) -> Agen
         if row.state is not wanted:
             switch_host_state(row, wanted)
         return AgentHost.of(row)
+
+
+def label_host(
+    ctx: ServiceContext, name: str, labels: dict[str, str], remove: tuple[str, ...] = ()
+) -> AgentHost:
+    """Set `labels` on the host (a key it has takes the new value) and take the
+    keys in `remove` off; instances placed from now on see the new labels, the
+    ones running there stay."""
+    with ctx.sessions.begin() as session:
+        row = _find(session, name)
+        merged = {k: v for k, v in json.loads(row.labels or "{}").items() if k not in remove}
+        merged.update(labels)
+        _check_labels(merged)
+        row.labels = json.dumps(merged, sort_keys=True)
+        return AgentHost.of(row)
+
+
+def _check_labels(labels: dict[str, str]) -> None:
+    problem = syntax.labels_problem(labels)
+    if problem is not None:
+        raise InvalidRequest(problem, field="labels")
 
 
 def remove_host(ctx: ServiceContext, name: str) -> AgentHost:

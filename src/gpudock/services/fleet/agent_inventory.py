@@ -26,8 +26,7 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import GpuDeviceModel, GpuFaultModel, GpuState, HostModel
 from gpudock.errors import Conflict
 from gpudock.gpu.base import GpuInfo, HostInfo
-from gpudock.gpu.xid import Action
-from gpudock.services.fleet.gpu_health import switch_gpu_state, tenants_on
+from gpudock.services.fleet.gpu_health import held_by_fault, switch_gpu_state, tenants_on
 from gpudock.services.instances.status import record_instance_note
 
 GPU_MISSING = "gpu_missing"
@@ -117,7 +116,7 @@ def _upsert_gpu(session: Session, host: HostModel, info: GpuInfo, at: datetime) 
     missing = _open(session, gpu.id, GPU_MISSING)
     for fault in missing:
         fault.repaired_at = at
-    if missing and gpu.state == GpuState.UNHEALTHY and not _open_faults(session, gpu.id):
+    if missing and gpu.state == GpuState.UNHEALTHY and not held_by_fault(session, gpu.id):
         switch_gpu_state(session, gpu, GpuState.HEALTHY, "reported again by its host's agent", at)
     return grown
 
@@ -152,18 +151,4 @@ def _open(session: Session, gpu_id: str, kind: str) -> list[GpuFaultModel]:
                 GpuFaultModel.repaired_at.is_(None),
             )
         )
-    )
-
-
-def _open_faults(session: Session, gpu_id: str) -> bool:
-    """Another fault (not a mere notice) still holds the GPU out of service."""
-    return (
-        session.scalar(
-            select(GpuFaultModel.id).where(
-                GpuFaultModel.gpu_id == gpu_id,
-                GpuFaultModel.repaired_at.is_(None),
-                GpuFaultModel.action != Action.NOTIFY.value,
-            )
-        )
-        is not None
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections import defaultdict
@@ -184,12 +185,16 @@ def list_hosts(ctx: ServiceContext) -> list[HostModel]:
 
 def capacity_snapshot(session: Session) -> list[HostCapacity]:
     """Free CPU, memory and healthy unallocated GPUs per present host that takes
-    new instances (an agent host that is draining does not).
+    new instances (an agent host that is draining does not), with its labels.
 
     Read as plain columns and sums, not as ORM objects: the placement pass
     takes one per pass, and at thousands of GPUs and instances loading each
     GPU with its allocation and shares cost most of the pass."""
     closed = select(AgentHostModel.id).where(AgentHostModel.state != AgentHostState.ACTIVE)
+    labels = {
+        host_id: frozenset(json.loads(text).items())
+        for host_id, text in session.execute(select(AgentHostModel.id, AgentHostModel.labels))
+    }
     hosts = session.execute(
         select(HostModel.id, HostModel.cpus, HostModel.memory_gb).where(
             HostModel.present.is_(True), HostModel.id.not_in(closed)
@@ -247,6 +252,7 @@ def capacity_snapshot(session: Session) -> list[HostCapacity]:
                 for slot, usable, milli in gpus[host_id]
                 if usable and milli and WHOLE_MILLI - milli > 0
             ),
+            labels=labels.get(host_id, frozenset()),
         )
         for host_id, cpus, memory in hosts
     ]
