@@ -6,9 +6,9 @@ the agent is welcomed. `CommandChannel` writes requests on it and matches the
 answers to their callers by id, so any number of calls are in flight at once
 and each returns when its own answer comes. `ThreadBridge` is the
 `CallTransport` a host's `LinkRuntime` uses: the reconciler and services call
-the runtime from worker threads, so each call is handed to the gateway's
-event loop (`asyncio.run_coroutine_threadsafe`) and waited for with the call's
-timeout. When the link drops, every call in flight fails with
+the runtime from worker threads, so each call (and each exec, `streams.py`) is
+handed to the gateway's event loop (`asyncio.run_coroutine_threadsafe`) and
+waited for with the call's timeout. When the link drops, every call in flight fails with
 `RuntimeUnavailable` at once instead of waiting for its timeout.
 """
 
