@@ -50,8 +50,9 @@ BINARY = bytes(range(256)) * 3  # not text: must cross the JSON link intact
 
 
 class _GatedRuntime(FakeRuntime):
-    """A fake engine whose `inspect_container("slow")` waits for `gate`; and whose
-    `run_once` of image "slow-check" runs past its limit."""
+    """A fake engine whose `inspect_container("slow")` waits for `gate`, whose
+    `run_once` of image "slow-check" runs past its limit, and whose
+    `image_size("untranslated")` raises what no runtime may raise."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,6 +64,11 @@ class _GatedRuntime(FakeRuntime):
             self.entered.set()
             self.gate.wait(60)
         return super().inspect_container(name_or_id)
+
+    def image_size(self, ref: str) -> int | None:
+        if ref == "untranslated":
+            raise OSError("an error the runtime did not translate")
+        return super().image_size(ref)
 
     def run_once(
         self,
@@ -188,6 +194,8 @@ def test_errors_arrive_as_their_own_classes(
     with pytest.raises(RuntimeFailure) as failed:
         runtime.start_container("no-such-container")
     assert type(failed.value) is RuntimeFailure
+    with pytest.raises(RuntimeFailure, match="the agent failed running image_size"):
+        runtime.image_size("untranslated")  # answered, not left to time out
     rig.engine.registry_reachable = False
     with pytest.raises(RegistryUnreachable):
         runtime.ensure_image("some/where:else")

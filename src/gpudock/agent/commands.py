@@ -27,9 +27,10 @@ from pathlib import Path
 import asyncssh
 from pydantic import ValidationError
 
+from gpudock.errors import RuntimeFailure
 from gpudock.runtime import calls
 from gpudock.runtime.base import Runtime, StaleGeneration
-from gpudock.runtime.calls import CallRequest, CallResponse, InstanceScope
+from gpudock.runtime.calls import CallError, CallRequest, CallResponse, InstanceScope
 
 log = logging.getLogger(__name__)
 GENERATIONS_FILE = "generations.json"
@@ -88,8 +89,17 @@ class CommandServer:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def handle(self, request: CallRequest) -> CallResponse:
-        """Blocking: one call, with its scope checked first."""
-        return calls.dispatch(self._runtime, request, self._generations.admit)
+        """Blocking: one call, with its scope checked first. Always answers: an
+        error the runtime failed to translate is a bug here, but the server's
+        caller must still hear back, not wait for its timeout."""
+        try:
+            return calls.dispatch(self._runtime, request, self._generations.admit)
+        except Exception as exc:
+            log.exception("runtime call %s failed", request.method)
+            failure = RuntimeFailure(f"the agent failed running {request.method}: {exc}")
+            return CallResponse(
+                id=request.id, error=CallError(code=failure.code, message=failure.message)
+            )
 
     async def serve(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         """Until the session ends: read requests, answer each when it is done."""
