@@ -36,10 +36,13 @@ H200 = "H200-140GB"
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Platform, FakeClock]]:
+def world(tmp_path: Path, database_url: str | None) -> Iterator[tuple[Platform, FakeClock]]:
+    """On SQLite and on PostgreSQL: the loss is declared with guarded updates, and
+    the billing it stops is the ledger's."""
     clock = FakeClock()
     settings = Settings(
         data_dir=tmp_path / "d",
+        database_url=database_url,
         simulate=FLEET,
         runtime="fake",
         image_pull="never",
@@ -198,3 +201,26 @@ def test_an_instance_that_opted_in_restarts_elsewhere_with_an_empty_data_volume(
     opened, closed, _ = compute_intervals(platform, made.id)[0]
     reopened = compute_intervals(platform, made.id)[1][0]
     assert (opened, closed, reopened) == (0, 0, LOST_AFTER_S + 1)  # never two at once
+
+
+def test_instances_of_a_removed_host_are_unbilled_and_run_again_when_it_is_enrolled_again(
+    world: tuple[Platform, FakeClock],
+) -> None:
+    platform, clock = world
+    host_id = enroll(platform, "box-1")
+    user = new_user(platform, "ann")
+    made = actions.create_instance(platform.ctx, user, InstanceRequest(gpu_model=H200, gpu_count=1))
+    platform.reconciler.drain()
+    clock.advance(20)
+    hosts.remove_host(platform.ctx, "box-1")  # revoked while the instance ran there
+    removed = instance(platform, made.id)
+    assert (removed.status.value, removed.host_id) == ("unreachable", host_id)
+    assert compute_intervals(platform, made.id) == [(0, 20, 20)]  # closed at the removal
+    clock.advance(100)
+    platform.reconciler.drain()
+    assert instance(platform, made.id).status.value == "unreachable"
+    assert enroll(platform, "box-1") == host_id  # the same host to its instances
+    platform.reconciler.drain()
+    assert instance(platform, made.id).status.value == "running"
+    assert gpu_state(platform, "GPU-box-1") is GpuState.HEALTHY
+    assert compute_intervals(platform, made.id) == [(0, 20, 20), (120, None, 0)]

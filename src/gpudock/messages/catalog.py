@@ -92,6 +92,7 @@ ZH_CN_MESSAGES: dict[str, str] = {
         "主机 {host} 失联：自 {since} 起无心跳；等待其恢复（数据在该主机上）"
     ),
     "running on {host} again: its host is back": "主机已恢复，重新运行于 {host}",
+    "host {host} was removed (its agent revoked)": "主机 {host} 已被移除（其代理已吊销）",
     "host {host} lost; restarting elsewhere with an empty data volume "
     "(the old one stays on {host})": (
         "主机 {host} 失联；在其他主机以空数据卷重启（原数据卷留在 {host}）"

@@ -4,7 +4,8 @@ lost, and found again when its agent heartbeats.
 Lost: its GPUs are faulted and unhealthy (`services.fleet.host_outage`), its
 instances follow their policy (`services.instances.host_loss`: wait, billed
 up to the last heartbeat only, or restart elsewhere), their owners are told.
-Found: the GPUs are healthy again and the instances that waited run again.
+Found: the GPUs are healthy again and the instances that waited run again;
+so do those of a host that was removed while they ran and is enrolled again.
 Each host is one transaction, guarded on `agent_hosts.lost_at`, so two
 servers never declare one loss twice.
 
@@ -41,10 +42,14 @@ def host_loss_pass(ctx: ServiceContext, watch: LossWatch) -> None:
     with ctx.reader() as session:
         silent = links.silent_hosts(session, now - after) if now - watch.since >= after else []
         back = links.heard_again(session)
+        heard = dict(links.heard_since(session, now - after))
+        stranded = host_loss.stranded_on(session, list(heard))
     for host in silent:
         _declare_lost(ctx, host.host_id, now - after)
     for host_id in back:
         _bring_back(ctx, host_id)
+    for host_id in stranded:  # removed while they ran there, and enrolled again
+        _resume(ctx, host_id, heard[host_id])
 
 
 def _declare_lost(ctx: ServiceContext, host_id: str, cutoff: datetime) -> None:
@@ -71,3 +76,11 @@ def _bring_back(ctx: ServiceContext, host_id: str) -> None:
         bring_back_host(session, host_id, f"host {name} is back: its agent heartbeats again", now)
     log.warning("host %s is back; %d instance(s) running again", name, resumed)
     ctx.wake_reconciler()
+
+
+def _resume(ctx: ServiceContext, host_id: str, name: str) -> None:
+    now = ctx.clock()
+    with ctx.sessions.begin() as session:
+        resumed = host_loss.on_host_back(session, host_id, name, now)
+        bring_back_host(session, host_id, f"host {name} was enrolled again", now)
+    log.warning("host %s enrolled again; %d instance(s) running again", name, resumed)

@@ -188,11 +188,12 @@ def _check_labels(labels: dict[str, str]) -> None:
 
 def remove_host(ctx: ServiceContext, name: str) -> AgentHost:
     """Forget the host: its agent's key is no longer accepted, and the server
-    holding its link closes it at the next heartbeat."""
+    holding its link closes it at the next heartbeat. Its inventory rows stay,
+    absent; the instances running there are unreachable (`agent_inventory`)."""
     with ctx.sessions.begin() as session:
         row = _find(session, name)
         removed = AgentHost.of(row)
-        agent_inventory.retire_agent_host(session, row.id)
+        agent_inventory.retire_agent_host(session, row.id, ctx.clock())
         session.delete(row)
     return removed
 

@@ -162,3 +162,15 @@ def mark_found(session: Session, host_id: str) -> str | None:
     if found.rowcount != 1:  # type: ignore[attr-defined]
         return None
     return session.scalar(select(AgentHostModel.name).where(AgentHostModel.id == host_id))
+
+
+def heard_since(session: Session, cutoff: datetime) -> list[tuple[str, str]]:
+    """(id, name) of enrolled hosts not lost whose agent was heard after `cutoff`."""
+    rows = session.execute(
+        select(AgentHostModel.id, AgentHostModel.name).where(
+            AgentHostModel.state != AgentHostState.PENDING,
+            AgentHostModel.lost_at.is_(None),
+            AgentHostModel.last_heartbeat_at >= cutoff,
+        )
+    )
+    return [(host_id, name) for host_id, name in rows]

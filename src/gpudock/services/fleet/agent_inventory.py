@@ -23,11 +23,19 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpudock.db.models import GpuDeviceModel, GpuFaultModel, GpuState, HostModel
+from gpudock.db.models import (
+    GpuDeviceModel,
+    GpuFaultModel,
+    GpuState,
+    HostModel,
+    InstanceModel,
+    InstanceStatus,
+)
 from gpudock.errors import Conflict
 from gpudock.gpu.base import GpuInfo, HostInfo
+from gpudock.messages import Message
 from gpudock.services.fleet.gpu_health import held_by_fault, switch_gpu_state, tenants_on
-from gpudock.services.instances.status import record_instance_note
+from gpudock.services.instances.status import record_instance_note, switch_instance_status
 
 GPU_MISSING = "gpu_missing"
 _OUT_OF_SERVICE = (GpuState.HEALTHY, GpuState.REPAIRING, GpuState.DRAINING)
@@ -91,14 +99,30 @@ def sync_agent_host(session: Session, host_id: str, info: HostInfo, at: datetime
     return grown
 
 
-def retire_agent_host(session: Session, host_id: str) -> None:
-    """The host was removed: it and its GPUs leave the inventory (rows kept)."""
+def retire_agent_host(session: Session, host_id: str, at: datetime) -> None:
+    """The host was removed: it and its GPUs leave the inventory (rows kept), and
+    the instances running there are unreachable from now (so no longer billed:
+    nothing can reach them). Enrolled again, the host loss pass finds them
+    waiting on a host it hears, and runs them again."""
     host = session.get(HostModel, host_id)
     if host is None:
         return
     host.present = False
     for gpu in host.gpus:
         gpu.present = False
+    stranded = session.scalars(
+        select(InstanceModel)
+        .where(
+            InstanceModel.host_id == host_id,
+            InstanceModel.placed.is_(True),
+            InstanceModel.status.in_((InstanceStatus.RUNNING, InstanceStatus.STOPPING)),
+        )
+        .order_by(InstanceModel.id)
+        .with_for_update()
+    )
+    reason = Message("host {host} was removed (its agent revoked)", host=host.name)
+    for instance in stranded:
+        switch_instance_status(session, instance, InstanceStatus.UNREACHABLE, reason, at)
 
 
 def _upsert_gpu(session: Session, host: HostModel, info: GpuInfo, at: datetime) -> bool:

@@ -98,6 +98,20 @@ def on_host_back(session: Session, host_id: str, host_name: str, at: datetime) -
     return len(rows)
 
 
+def stranded_on(session: Session, host_ids: list[str]) -> set[str]:
+    """Those of the hosts that have instances waiting for them to run again."""
+    if not host_ids:
+        return set()
+    rows = session.scalars(
+        select(InstanceModel.host_id).where(
+            InstanceModel.host_id.in_(host_ids),
+            InstanceModel.status == S.UNREACHABLE,
+            InstanceModel.desired_state == DesiredState.RUNNING,
+        )
+    )
+    return {host_id for host_id in rows if host_id is not None}
+
+
 def _restart_elsewhere(
     session: Session, instance: InstanceModel, host_name: str, at: datetime
 ) -> None:
