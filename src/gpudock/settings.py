@@ -182,7 +182,9 @@ class Settings(BaseSettings):
     host_lost_after_s: float = Field(
         default=60.0,
         gt=0,
-        description="A runtime unreachable this long marks its hosts' GPUs unhealthy.",
+        description="A host unheard this long is lost: an agent host without a heartbeat "
+        "(its instances stop being billed at the last one), the local runtime unreachable; "
+        "its GPUs become unhealthy.",
     )
 
     # -- instance sizing --------------------------------------------------
@@ -293,6 +295,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Time a new link has to authenticate and say hello; also the keepalive "
         "interval, three of which unanswered drop the link.",
+    )
+    agent_lease_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long an agent keeps its tenants running without hearing this "
+        "server (renewed by every acknowledged heartbeat); then it stops them itself. "
+        "Default: GPUDOCK_HOST_LOST_AFTER_S, when the server stops billing them.",
     )
 
     # -- rate limits: "N/second;M/minute" (the `limits` notation) --

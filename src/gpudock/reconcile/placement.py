@@ -33,6 +33,7 @@ from gpudock.scheduler.placement import (
     HostCapacity,
     Placement,
     PlacementRequest,
+    carries_labels,
 )
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
@@ -167,6 +168,7 @@ def _nearest_host(snapshot: list[HostCapacity], request: PlacementRequest) -> st
         h
         for h in snapshot
         if (request.allowed_hosts is None or h.host_id in request.allowed_hosts)
+        and carries_labels(h, request)
         and (not models or models & h.gpu_models)
     ]
     if not usable:
@@ -246,6 +248,7 @@ def _commit_placement(ctx: ServiceContext, instance: InstanceModel, placement: P
             for gpu_id in placement.gpu_uuids if row.gpu_share_milli is None else ():
                 session.add(GpuAllocationModel(gpu_id=gpu_id, instance_id=row.id, allocated_at=now))
             row.placed, row.host_id = True, placement.host_id
+            row.placement_generation += 1  # older commands to its hosts are refused now
             _record_model(row, placement.model)
             session.flush()
             new_status = S.CREATING if row.status == S.PENDING else S.STARTING

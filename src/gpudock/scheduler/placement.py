@@ -51,6 +51,7 @@ class HostCapacity:
     free_gpus: tuple[GpuSlot, ...]  # whole, unshared, healthy
     gpu_models: frozenset[str] = frozenset()
     shared_gpus: tuple[SharedGpu, ...] = ()
+    labels: frozenset[tuple[str, str]] = frozenset()  # the operator's (key, value) pairs
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class PlacementRequest:
     allowed_hosts: frozenset[str] | None = None  # None: any; e.g. where the image can run
     share_milli: int | None = None  # a share of one GPU; None: gpu_count whole GPUs
     other_models: frozenset[str] = frozenset()  # acceptable besides gpu_model
+    host_labels: frozenset[tuple[str, str]] = frozenset()  # a host must carry every one
 
     @property
     def models(self) -> frozenset[str]:
@@ -126,12 +128,17 @@ def after_placement(
 
 
 def _candidates(hosts: Sequence[HostCapacity], request: PlacementRequest) -> list[HostCapacity]:
-    candidates = [h for h in hosts if _fits(h, request)]
+    candidates = [h for h in hosts if carries_labels(h, request) and _fits(h, request)]
     if request.required_host is not None:
         candidates = [h for h in candidates if h.host_id == request.required_host]
     if request.allowed_hosts is not None:
         candidates = [h for h in candidates if h.host_id in request.allowed_hosts]
     return candidates
+
+
+def carries_labels(host: HostCapacity, request: PlacementRequest) -> bool:
+    """The host carries every label the request asks for (none asked: any host)."""
+    return request.host_labels <= host.labels
 
 
 def _fits(host: HostCapacity, request: PlacementRequest) -> bool:
