@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from gpudock.gpu.base import GpuSource
     from gpudock.reconcile.loop import Reconciler
     from gpudock.runtime.base import Runtime
+    from gpudock.runtime.link import HostRuntimes
     from gpudock.services.context import ServiceContext
 
 log = logging.getLogger(__name__)
@@ -148,11 +149,29 @@ def open_platform(
         lease_owner=server_id(settings.data_dir),
     )
     ctx.cluster_id = inventory.ensure_cluster_id(ctx)
+    ctx.hosts = _host_runtimes(ctx)
     inventory.sync_inventory(ctx, source.discover())
     reconciler = Reconciler(ctx)
     ctx.wake_reconciler = reconciler.wake
     token_path = _write_admin_token(settings.data_dir, users.ensure_admin(ctx))
     return Platform(ctx=ctx, reconciler=reconciler, admin_token_path=token_path)
+
+
+def _host_runtimes(ctx: ServiceContext) -> HostRuntimes:
+    """Every enrolled agent host's runtime, unlinked until its agent dials in: an
+    instance on such a host never falls back to this machine's engine."""
+    from gpudock.runtime.link import HostRuntimes
+    from gpudock.services.agents import hosts as agent_hosts
+
+    settings = ctx.settings
+    routed = HostRuntimes(
+        ctx.runtime,
+        timeout_s=settings.runtime_call_timeout_s,
+        copy_timeout_s=settings.volume_copy_timeout_s,
+    )
+    for host in agent_hosts.list_hosts(ctx):
+        routed.know(host.id, host.name)
+    return routed
 
 
 def server_id(data_dir: Path) -> str:

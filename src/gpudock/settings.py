@@ -12,6 +12,8 @@ from limits import parse_many
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpudock.scheduler.names import DEFAULT_POLICY, POLICY_NAMES, unknown_policy
+
 DEFAULT_IMAGE = "gpudock/base:bookworm"
 
 
@@ -181,6 +183,12 @@ class Settings(BaseSettings):
         description="How long later, smaller requests may overtake a waiting one; after "
         "that it holds the host closest to fitting it until it runs.",
     )
+    placement_policy: str = Field(
+        default=DEFAULT_POLICY,
+        description="How the placement pass chooses hosts and GPUs: one of "
+        + ", ".join(POLICY_NAMES)
+        + " (docs/scheduler.md).",
+    )
     health_check_interval_s: float = Field(default=10.0, gt=0)
 
     # -- GPU health and migration ---------------------------------
@@ -196,7 +204,9 @@ class Settings(BaseSettings):
     host_lost_after_s: float = Field(
         default=60.0,
         gt=0,
-        description="A runtime unreachable this long marks its hosts' GPUs unhealthy.",
+        description="A host unheard this long is lost: an agent host without a heartbeat "
+        "(its instances stop being billed at the last one), the local runtime unreachable; "
+        "its GPUs become unhealthy.",
     )
 
     # -- instance sizing --------------------------------------------------
@@ -307,6 +317,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Time a new link has to authenticate and say hello; also the keepalive "
         "interval, three of which unanswered drop the link.",
+    )
+    agent_lease_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long an agent keeps its tenants running without hearing this "
+        "server (renewed by every acknowledged heartbeat); then it stops them itself. "
+        "Default: GPUDOCK_HOST_LOST_AFTER_S, when the server stops billing them.",
     )
 
     # -- rate limits: "N/second;M/minute" (the `limits` notation) --
@@ -457,6 +474,13 @@ class Settings(BaseSettings):
             items = []
         if not items or any(item.amount < 1 for item in items):
             raise ValueError(f"{value!r} is not a rate limit such as '10/second;300/minute'")
+        return value
+
+    @field_validator("placement_policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in POLICY_NAMES:
+            raise ValueError(unknown_policy(value))
         return value
 
     @field_validator("data_dir")

@@ -112,3 +112,53 @@ def test_a_server_without_the_link_says_how_to_open_it(
     answer = client.post(API, json={"name": "box-1"}, headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 409
     assert "GPUDOCK_AGENT_LINK_PORT" in answer.json()["error"]["message"]
+
+
+def test_labels_are_set_at_add_changed_and_taken_off(
+    client: TestClient, admin: Tenant, alice: Tenant
+) -> None:
+    added = client.post(
+        API, json={"name": "box-1", "labels": {"region": "eu"}}, headers=admin.headers
+    )
+    assert added.json()["host"]["labels"] == {"region": "eu"}
+    labels = f"{API}/box-1/labels"
+    assert client.post(labels, json={"set": {"zone": "a"}}).status_code == 401
+    assert (
+        client.post(labels, json={"set": {"zone": "a"}}, headers=alice.headers).status_code == 403
+    )
+    changed = client.post(
+        labels, json={"set": {"zone": "eu-west-1"}, "remove": ["region"]}, headers=admin.headers
+    )
+    assert changed.status_code == 200 and changed.json()["labels"] == {"zone": "eu-west-1"}
+    assert client.get(f"{API}/box-1", headers=admin.headers).json()["labels"] == {
+        "zone": "eu-west-1"
+    }
+    missing = client.post(f"{API}/box-9/labels", json={"set": {}}, headers=admin.headers)
+    assert missing.status_code == 404
+
+
+@pytest.mark.parametrize("labels", [{"Region": "eu"}, {"region": "eu west"}, {"region": ""}])
+def test_a_bad_label_is_422(client: TestClient, admin: Tenant, labels: dict[str, str]) -> None:
+    answer = client.post(API, json={"name": "box-1", "labels": labels}, headers=admin.headers)
+    assert answer.status_code == 422
+
+
+def test_an_instance_asks_for_host_labels_and_its_loss_policy(
+    client: TestClient, admin: Tenant, alice: Tenant
+) -> None:
+    client.post(API, json={"name": "box-1", "labels": {"region": "eu"}}, headers=admin.headers)
+    create = "/api/v1/instances"
+    bad = client.post(
+        create, json={"gpu_count": 0, "host_labels": {"Region": "eu"}}, headers=alice.headers
+    )
+    assert bad.status_code == 422 and "bad label key 'Region'" in bad.json()["error"]["message"]
+    made = client.post(
+        create,
+        json={"gpu_count": 0, "host_labels": {"region": "eu"}, "on_host_loss": "elsewhere"},
+        headers=alice.headers,
+    )
+    assert made.status_code == 201, made.json()
+    assert (made.json()["host_labels"], made.json()["on_host_loss"]) == (
+        {"region": "eu"},
+        "elsewhere",
+    )

@@ -8,87 +8,19 @@ test enrolls hosts of its own names and leaves the others alone.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.fleet_netns import NetnsFleet, TestHost, leftovers, netns_fleet
-from tests.support.server_process import GPUDOCK, ServerProcess
+from tests.support.agent_cluster import Cluster, fake_gpus
+from tests.support.fleet_netns import leftovers, netns_fleet
+from tests.support.server_process import ServerProcess
 from tests.support.sshgw import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.netns]
-REPO = Path(__file__).resolve().parents[2]
-FAKE_NVML_SITE = REPO / "tests" / "support" / "fake_nvml_site"
-GIB = 1024**3
-
-
-@dataclass
-class Cluster:
-    fleet: NetnsFleet
-    server: ServerProcess
-    workdir: Path
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {
-            **os.environ,
-            "GPUDOCK_URL": self.server.url,
-            "GPUDOCK_TOKEN": self.server.admin_token(),
-        }
-        return subprocess.run(
-            [GPUDOCK, *args], env=env, capture_output=True, text=True, timeout=60, check=False
-        )
-
-    def add(self, name: str) -> list[str]:
-        """`gpudock hosts add NAME`: the join command's words."""
-        added = self.cli("hosts", "add", name)
-        assert added.returncode == 0, added.stderr
-        line = next(line for line in added.stdout.splitlines() if line.startswith("gpudock agent"))
-        return line.split()
-
-    def hosts(self) -> dict[str, Any]:
-        listed = self.cli("hosts", "list", "--json")
-        assert listed.returncode == 0, listed.stderr
-        return {host["name"]: host for host in json.loads(listed.stdout)}
-
-    def agent(self, host: TestHost, *args: str, tag: str = "") -> subprocess.Popen[bytes]:
-        """`gpudock agent ARGS` in the host's namespace, on its engine and its fake NVML."""
-        state = self.workdir / f"state-{host.name}{tag}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": f"{FAKE_NVML_SITE}:{REPO}",
-            "GPUDOCK_TEST_NVML_STATE": str(self.workdir / f"nvml-{host.name}.json"),
-        }
-        command = [GPUDOCK, "agent", *args, "--state-dir", str(state)]
-        command += ["--docker-host", host.docker_url]
-        return host.popen(command, self.workdir / f"agent-{host.name}{tag}.log", env)
-
-    def saved(self, host: TestHost, tag: str = "") -> None:
-        """Wait for the agent to save its welcome (just after the server shows it up)."""
-        state = self.workdir / f"state-{host.name}{tag}" / "server.json"
-        wait_for(state.exists, f"the agent on {host.name} to save its enrollment")
-
-    def log(self, host: TestHost, tag: str = "") -> str:
-        return (self.workdir / f"agent-{host.name}{tag}.log").read_text()
-
-
-def _gpus(model: str, count: int, memory_gib: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": f"NVIDIA {model}",
-            "uuid": f"GPU-{uuid.uuid4()}",
-            "memory_total": memory_gib * GIB,
-            "bus_id": f"00000000:{0x10 + index:02X}:00.0",
-        }
-        for index in range(count)
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +28,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("agent-fleet")
     with netns_fleet(workdir, direct=("a", "b"), natted="n") as fleet:
         for name, gpus in (
-            ("a", _gpus("A100-SXM4-80GB", 2, 80)),
-            ("b", _gpus("A100-SXM4-80GB", 1, 80)),
-            ("n", _gpus("H200", 1, 140)),
+            ("a", fake_gpus("A100-SXM4-80GB", 2, 80)),
+            ("b", fake_gpus("A100-SXM4-80GB", 1, 80)),
+            ("n", fake_gpus("H200", 1, 140)),
         ):
             (workdir / f"nvml-{name}.json").write_text(json.dumps({"gpus": gpus}))
         server = ServerProcess(

@@ -27,6 +27,7 @@ TABLE = {
     S.STARTING: ((N, RUN), (MS, STOP), (DEL, DEL)),
     S.FAILED: ((MST, MST), (N, N), (DEL, DEL)),
     S.MIGRATING: ((N, EV), (MS, STOP), (DEL, DEL)),
+    S.UNREACHABLE: ((N, N), (STOP, STOP), (DEL, DEL)),  # waits for its host to run again
     S.DELETING: ((DEL, DEL), (DEL, DEL), (DEL, DEL)),
     S.DELETED: ((N, N), (N, N), (N, N)),
 }

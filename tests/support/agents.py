@@ -2,8 +2,9 @@
 loop in a thread, over real TCP on 127.0.0.1, with real keys and a real database.
 
 Agents here report a fake NVML (`tests.gpu.fake_pynvml`) through the real NVML
-code and a `FakeRuntime` engine; the netns fleet (`fleet_netns.py`) runs them
-as processes on hosts of their own instead.
+code and run the server's runtime calls on an engine of their own (a
+`FakeRuntime` unless the test gives one: `runtimes[name]`); the netns fleet
+(`fleet_netns.py`) runs them as processes on hosts of their own instead.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.link import Agent
 from gpudock.agent.state import load_enrollment
 from gpudock.agentgw.gateway import AgentGateway
 from gpudock.gpu.nvml import NvmlGpuSource
 from gpudock.platform import Platform
+from gpudock.runtime.base import Runtime
 from gpudock.runtime.fake import FakeRuntime
-from tests.gpu.fake_pynvml import h200_1x
+from tests.gpu.fake_pynvml import FakeNvml, h200_1x
 from tests.support.sshgw import GatewayThread
 
 T = TypeVar("T")
@@ -37,6 +40,7 @@ class LinkRig:
         self._thread = GatewayThread(self.gateway, name="agent-link")
         self.loop = self._thread.loop
         self.agents: dict[str, Future[None]] = {}
+        self.runtimes: dict[str, Runtime] = {}
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self._thread.run(coroutine)
@@ -52,15 +56,36 @@ class LinkRig:
     def state_dir(self, name: str) -> Path:
         return self.workdir / f"agent-{name}"
 
-    def join(self, name: str, url: str, token: str) -> Future[None]:
-        """Start agent `name` (its own key in its own state dir) with a join command."""
-        agent = Agent.joining(self.state_dir(name), _inventory(), url, token)
+    def join(
+        self,
+        name: str,
+        url: str,
+        token: str,
+        nvml: FakeNvml | None = None,
+        runtime: Runtime | None = None,
+    ) -> Future[None]:
+        """Start agent `name` (its own key in its own state dir) with a join command.
+        `nvml`: the GPUs it reports (one H200 unless given); a test may change its
+        `devices` while the agent runs, and the next heartbeat reports the change.
+        `runtime`: its engine, on which the server's runtime calls run and its fence
+        stops tenants (a `FakeRuntime` unless given; `runtimes[name]`)."""
+        inventory = self._inventory(name, nvml, runtime)
+        agent = Agent.joining(self.state_dir(name), inventory, url, token)
+        agent.fence = Fence(inventory.runtime)
         return self._launch(name, agent)
 
-    def rerun(self, name: str) -> Future[None]:
-        """Start agent `name` again from what its join saved (`gpudock agent run`)."""
+    def rerun(self, name: str, nvml: FakeNvml | None = None) -> Future[None]:
+        """Start agent `name` again from what its join saved (`gpudock agent run`),
+        on the same engine as before."""
         enrollment = load_enrollment(self.state_dir(name))
-        return self._launch(name, Agent.enrolled(self.state_dir(name), _inventory(), enrollment))
+        inventory = self._inventory(name, nvml, self.runtimes.get(name))
+        return self._launch(name, Agent.enrolled(self.state_dir(name), inventory, enrollment))
+
+    def _inventory(
+        self, name: str, nvml: FakeNvml | None, runtime: Runtime | None
+    ) -> HostInventory:
+        engine = self.runtimes[name] = runtime or FakeRuntime()
+        return HostInventory(NvmlGpuSource(nvml=nvml or h200_1x()), engine)
 
     def halt(self, name: str) -> None:
         """Stop agent `name` as SIGTERM would (its connection closes)."""
@@ -71,10 +96,6 @@ class LinkRig:
         running = asyncio.run_coroutine_threadsafe(agent.run(), self.loop)
         self.agents[name] = running
         return running
-
-
-def _inventory() -> HostInventory:
-    return HostInventory(NvmlGpuSource(nvml=h200_1x()), FakeRuntime())
 
 
 def join_parts(command: str) -> tuple[str, str]:

@@ -51,6 +51,7 @@ NETNS_PREFIX = "gpudock-fleet-"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+FAKE_NVIDIA_HOOK = Path(__file__).resolve().parent / "fake_nvidia_hook"  # see the hook itself
 
 
 @dataclass
@@ -333,7 +334,9 @@ def _start_engine(host: TestHost, tarball: Path) -> None:
         "--iptables=false",
         "--ip6tables=false",
     ]
-    host.dockerd = host.popen(command, host.workdir / "dockerd.log", dict(os.environ))
+    # The fake NVIDIA hook on its PATH: the engine takes GPU requests for the fake NVML's GPUs.
+    env = {**os.environ, "PATH": f"{FAKE_NVIDIA_HOOK}:{os.environ.get('PATH', '')}"}
+    host.dockerd = host.popen(command, host.workdir / "dockerd.log", env)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         if host.dockerd.poll() is not None:

@@ -18,6 +18,12 @@ class HostInventory:
         self._gpus = gpu_source
         self._runtime = runtime
 
+    @property
+    def runtime(self) -> Runtime:
+        """The host's engine: the server's runtime calls run on it, and the fence
+        stops tenants through it."""
+        return self._runtime
+
     def report(self) -> HostReport:
         """Blocking (NVML and the engine are asked): call it off the event loop."""
         report = HostReport(agent_version=__version__)
@@ -31,9 +37,18 @@ class HostInventory:
             report.problems.append(f"GPUs: {exc.message}")
             return report
         for host in hosts:
-            report.driver_version = host.driver_version
+            report.driver_version, report.cuda_version = host.driver_version, host.cuda_version
+            report.cpus, report.memory_gb = host.cpus, host.memory_gb
             report.gpus += [
-                GpuReport(uuid=gpu.uuid, index=gpu.index, model=gpu.model, memory_mb=gpu.memory_mb)
+                GpuReport(
+                    uuid=gpu.uuid,
+                    index=gpu.index,
+                    model=gpu.model,
+                    memory_mb=gpu.memory_mb,
+                    pci_bus_id=gpu.pci_bus_id,
+                    numa_node=gpu.numa_node,
+                    nvlink_peers=list(gpu.nvlink_peers),
+                )
                 for gpu in host.gpus
             ]
         return report

@@ -26,10 +26,14 @@ from pathlib import Path
 
 import asyncssh
 
+from gpudock.agent import streams
+from gpudock.agent.commands import CommandServer, Generations
+from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.state import Enrollment, LinkAddress, agent_key, save_enrollment
 from gpudock.link import keys, wire
 from gpudock.link.tokens import JoinToken
+from gpudock.runtime import calls
 
 log = logging.getLogger(__name__)
 BACKOFF_FIRST_S = 0.5
@@ -91,6 +95,17 @@ class Agent:
     join: JoinToken | None = None
     host_name: str = ""
     on_welcome: Callable[[str], None] = field(default=lambda _name: None)
+    fence: Fence | None = None  # stops the tenants when the server's lease runs out
+    commands: CommandServer | None = None
+    generations: Generations = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.generations = Generations(self.state_dir)
+        if self.commands is None:
+            self.commands = CommandServer(self.inventory.runtime, self.generations)
+
+    def _admit(self, scope: calls.InstanceScope) -> None:
+        self.generations.admit(scope)
 
     @classmethod
     def joining(cls, state_dir: Path, inventory: HostInventory, url: str, token: str) -> Agent:
@@ -105,6 +120,14 @@ class Agent:
 
     async def run(self) -> None:
         """Keep the link up until stopped; raises `AgentStopped` when retrying is useless."""
+        watching = asyncio.ensure_future(self.fence.watch()) if self.fence else None
+        try:
+            await self._keep_linked()
+        finally:
+            if watching is not None:
+                watching.cancel()
+
+    async def _keep_linked(self) -> None:
         delay = BACKOFF_FIRST_S
         while True:
             welcomed = await self._one_link()
@@ -130,7 +153,8 @@ class Agent:
                 password_auth=False,
                 kbdint_auth=False,
                 gss_host=None,
-                allow_pty=False,
+                allow_pty=True,  # exec channels' terminals: a size, no local pty
+                line_editor=False,
                 agent_forwarding=False,
                 x11_forwarding=False,
                 login_timeout=LOGIN_TIMEOUT_S,
@@ -160,6 +184,13 @@ class Agent:
             )
 
     async def _converse(self, process: asyncssh.SSHServerProcess[bytes], outcome: _Outcome) -> None:
+        # Only the server, which proved the pinned key, can open a channel at all.
+        if process.subsystem == calls.SUBSYSTEM and self.commands is not None:
+            await self.commands.serve(process)
+            return
+        if (process.command or "").startswith(calls.EXEC_COMMAND):
+            await streams.serve_exec(self.inventory.runtime, process, self._admit)
+            return
         if process.subsystem != wire.SUBSYSTEM:
             process.exit(1)
             return
@@ -195,23 +226,31 @@ class Agent:
             self.pin = _Pin(key=self.pin.proven, proven=self.pin.proven)
             self.join = None
         self.host_name = welcome.host_name
+        if self.fence is not None:
+            self.fence.renew(welcome.lease_s)
         log.info("linked to %s as host %s", self.link, welcome.host_name)
         self.on_welcome(welcome.host_name)
 
     async def _beat(
         self, process: asyncssh.SSHServerProcess[bytes], every_s: float, outcome: _Outcome
     ) -> None:
-        """Heartbeats out, until the link ends or the server refuses us."""
+        """Heartbeats out and their acknowledgements in (each renews the lease), until
+        the link ends or the server refuses us."""
         listening = asyncio.ensure_future(wire.receive(process.stdin))
         try:
             while True:
                 done, _ = await asyncio.wait({listening}, timeout=every_s)
-                if done:
-                    answer = listening.result()
+                if not done:
+                    await wire.send(process.stdout, wire.Heartbeat(report=await self._report()))
+                    continue
+                answer = listening.result()
+                if not isinstance(answer, wire.Ack):
                     if isinstance(answer, wire.Refused):
                         outcome.refused = answer.message
                     return
-                await wire.send(process.stdout, wire.Heartbeat(report=await self._report()))
+                if self.fence is not None:
+                    self.fence.renew(answer.lease_s)
+                listening = asyncio.ensure_future(wire.receive(process.stdin))
         finally:
             listening.cancel()
             with contextlib.suppress(asyncio.CancelledError, wire.LinkClosed):

@@ -7,6 +7,7 @@ import logging
 import signal
 from pathlib import Path
 
+from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.link import Agent
 from gpudock.agent.state import load_enrollment
@@ -29,15 +30,23 @@ def open_inventory(docker_host: str) -> HostInventory:
     return HostInventory(NvmlGpuSource(), runtime)
 
 
-def join(state_dir: Path, url: str, token: str, docker_host: str) -> None:
-    """Enroll with the server at `url`, then keep the link (as `run` does)."""
+def join(
+    state_dir: Path, url: str, token: str, docker_host: str, lease_s: float | None = None
+) -> None:
+    """Enroll with the server at `url`, then keep the link (as `run` does).
+    `lease_s`: how long tenants keep running cut off from the server (None: as
+    the server says)."""
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    agent = Agent.joining(state_dir, open_inventory(docker_host), url, token)
+    inventory = open_inventory(docker_host)
+    agent = Agent.joining(state_dir, inventory, url, token)
+    agent.fence = Fence(inventory.runtime, lease_s)
     _serve(agent)
 
 
-def run(state_dir: Path, docker_host: str) -> None:
-    agent = Agent.enrolled(state_dir, open_inventory(docker_host), load_enrollment(state_dir))
+def run(state_dir: Path, docker_host: str, lease_s: float | None = None) -> None:
+    inventory = open_inventory(docker_host)
+    agent = Agent.enrolled(state_dir, inventory, load_enrollment(state_dir))
+    agent.fence = Fence(inventory.runtime, lease_s)
     _serve(agent)
 
 

@@ -22,10 +22,13 @@ import logging
 import socket
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncssh
 
+from gpudock.agentgw.commands import CommandChannel, ThreadBridge
+from gpudock.agentgw.streams import ExecChannels
 from gpudock.errors import GpudockError
 from gpudock.link import keys, wire
 from gpudock.services.agents import enrollment, links, server_key
@@ -36,6 +39,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 WORKERS = 4
 STOP_DEADLINE_S = 5.0
+
+
+@dataclass
+class _Attached:
+    channel: CommandChannel
+    execs: ExecChannels
+    bridge: ThreadBridge
+
+    def close(self) -> None:
+        self.channel.close()
+        self.execs.close()
 
 
 class _LinkClient(asyncssh.SSHClient):
@@ -60,6 +74,12 @@ class AgentGateway:
     def port(self) -> int:
         assert self._acceptor is not None, "the agent gateway is not started"
         return int(self._acceptor.get_port())
+
+    @property
+    def _lease_s(self) -> float:
+        """How long an agent keeps its tenants running without hearing us."""
+        settings = self.ctx.settings
+        return settings.agent_lease_s or settings.host_lost_after_s
 
     def connected_hosts(self) -> set[str]:
         """Ids of the hosts whose agents hold a link to this server now."""
@@ -127,20 +147,40 @@ class AgentGateway:
 
     async def _serve(self, conn: asyncssh.SSHClientConnection) -> None:
         host: AgentHost | None = None
+        channel: _Attached | None = None
         peer = str((conn.get_extra_info("peername") or ("?",))[0])
         try:
             writer, reader, _ = await conn.open_session(subsystem=wire.SUBSYSTEM, encoding=None)
             host = await self._welcome(conn, writer, reader, peer)
             if host is not None:
+                channel = await self._attach_commands(conn, host)
                 await self._heartbeats(host, writer, reader)
         except (wire.LinkClosed, asyncssh.Error, OSError) as exc:
             log.info("agent link from %s closed: %s", peer, exc)
         finally:
             conn.close()
+            if channel is not None:
+                channel.close()
+                self._detach_commands(host, channel)
             if host is not None and self._links.get(host.id) is conn:
                 del self._links[host.id]
                 await self.call(links.record_link_down, self.ctx, host.id, host.link_changed_at)
                 log.info("agent link of host %s is down", host.name)
+
+    async def _attach_commands(
+        self, conn: asyncssh.SSHClientConnection, host: AgentHost
+    ) -> _Attached:
+        """The host's runtime calls go over a command session on this link from now on."""
+        channel = await CommandChannel.open(conn, host.name)
+        execs = ExecChannels(conn, host.id, host.name)
+        bridge = ThreadBridge(channel, execs, asyncio.get_running_loop())
+        if self.ctx.hosts is not None:
+            self.ctx.hosts.attach(host.id, host.name, bridge)
+        return _Attached(channel, execs, bridge)
+
+    def _detach_commands(self, host: AgentHost | None, attached: _Attached) -> None:
+        if host is not None and self.ctx.hosts is not None:
+            self.ctx.hosts.detach(host.id, attached.bridge)
 
     async def _welcome(
         self,
@@ -169,10 +209,12 @@ class AgentGateway:
         self._links[host.id] = conn
         if previous is not None:
             previous.close()  # the agent restarted before its old connection timed out
-        await wire.send(
-            writer,
-            wire.Welcome(host_name=host.name, heartbeat_s=self.ctx.settings.agent_heartbeat_s),
+        welcome = wire.Welcome(
+            host_name=host.name,
+            heartbeat_s=self.ctx.settings.agent_heartbeat_s,
+            lease_s=self._lease_s,
         )
+        await wire.send(writer, welcome)
         log.info("agent link of host %s is up (from %s)", host.name, peer)
         return host
 
@@ -203,7 +245,8 @@ class AgentGateway:
         writer: asyncssh.SSHWriter[bytes],
         reader: asyncssh.SSHReader[bytes],
     ) -> None:
-        """Until the link ends: record each heartbeat; three missed ones end it."""
+        """Until the link ends: record and acknowledge each heartbeat (which renews the
+        agent's lease); three missed ones end it."""
         settings = self.ctx.settings
         patience = 3 * settings.agent_heartbeat_s + settings.agent_link_timeout_s
         while True:
@@ -219,3 +262,4 @@ class AgentGateway:
                 )
                 await self._refuse(writer, reader, refusal)
                 return
+            await wire.send(writer, wire.Ack(lease_s=self._lease_s))  # the lease runs again

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from gpudock.api.host_schemas import LABELS_SCHEMA
 from gpudock.syntax import DURATION_PATTERN, TOKEN_NAME_PATTERN
 
 # Environment variables a request may set: the service refuses the reserved
@@ -322,6 +323,17 @@ class InstanceCreateRequest(BaseModel):
         "(/bin/sh -c), as the arguments of the image's entry point if it has one; when it "
         "exits the instance stops (data kept) unless auto_stop.stop_on_exit is false.",
     )
+    host_labels: Annotated[dict[str, str], WithJsonSchema(LABELS_SCHEMA)] = Field(
+        default_factory=dict,
+        examples=[{"region": "eu"}],
+        description="Labels its host must carry, every one (set by the operator: "
+        "`gpudock hosts label`); refused when no host carrying them could hold it",
+    )
+    on_host_loss: Literal["wait", "elsewhere"] = Field(
+        default="wait",
+        description="When its host is lost: wait for it (its data lives there; not billed "
+        "meanwhile), or restart elsewhere at once with an empty data volume",
+    )
 
 
 class InstanceQueuePublic(BaseModel):
@@ -383,6 +395,10 @@ class InstancePublic(BaseModel):
     command: str | None = Field(
         default=None, description="Its job's shell command line; null: no job (keep-alive)"
     )
+    host_labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels its host must carry"
+    )
+    on_host_loss: str = Field(default="wait", description="wait | elsewhere")
 
 
 class InstanceEventPublic(BaseModel):

@@ -29,6 +29,7 @@ STATUS_STYLES = {
     "stopping": "yellow",
     "deleting": "yellow",
     "migrating": "magenta",
+    "unreachable": "red",
 }
 
 

@@ -2,9 +2,13 @@
 
     agent                                   server
       ── hello (version, report, [join]) ──▶   checks the pinned key or redeems the token
-      ◀── welcome (host name, heartbeat) ──    or refused (code, message) and closes
-      ── heartbeat (report) ─────────────▶   every `heartbeat_s`; answered refused
-                                              when the host was removed meanwhile
+      ◀── welcome (host name, heartbeat, lease) or refused (code, message) and closes
+      ── heartbeat (report) ─────────────▶   every `heartbeat_s`; answered ack (the
+      ◀── ack (lease) ────────────────────    lease renewed), or refused when the host
+                                              was removed meanwhile
+
+The lease is how long the agent keeps its tenants running without hearing the
+server (`gpudock.agent.fencing`).
 
 Later kinds of traffic (commands, exec streams, port forwards, bulk copies)
 get channels of their own on the same connection, so a large copy never
@@ -29,18 +33,30 @@ class LinkClosed(Exception):
 
 
 class GpuReport(BaseModel):
+    """One GPU as NVML shows it; topology fields are empty where the driver does not say."""
+
     uuid: str
     index: int
     model: str
     memory_mb: int
+    pci_bus_id: str = ""
+    numa_node: int | None = None
+    nvlink_peers: list[str] = Field(default_factory=list)
 
 
 class HostReport(BaseModel):
-    """What an agent sees of its host. `problems`: what it could not read, and why."""
+    """What an agent sees of its host. `problems`: what it could not read, and why.
+
+    CPUs, memory and the CUDA version are what placement sizes instances by;
+    zero (an older agent, or a part it could not read) keeps the server's last
+    figures."""
 
     agent_version: str
     engine_version: str = ""
     driver_version: str = ""
+    cuda_version: str = ""
+    cpus: float = 0.0
+    memory_gb: int = 0
     gpus: list[GpuReport] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
 
@@ -66,6 +82,14 @@ class Welcome(BaseModel):
     type: Literal["welcome"] = "welcome"
     host_name: str
     heartbeat_s: float
+    lease_s: float | None = None  # None: no lease, the agent never fences
+
+
+class Ack(BaseModel):
+    """The server recorded a heartbeat: the agent's lease runs `lease_s` from now."""
+
+    type: Literal["ack"] = "ack"
+    lease_s: float | None = None
 
 
 class Refused(BaseModel):
@@ -76,8 +100,8 @@ class Refused(BaseModel):
     message: str
 
 
-Message = Annotated[Hello | Heartbeat | Welcome | Refused, Field(discriminator="type")]
-_MESSAGE: TypeAdapter[Hello | Heartbeat | Welcome | Refused] = TypeAdapter(Message)
+Message = Annotated[Hello | Heartbeat | Welcome | Ack | Refused, Field(discriminator="type")]
+_MESSAGE: TypeAdapter[Hello | Heartbeat | Welcome | Ack | Refused] = TypeAdapter(Message)
 
 
 async def send(writer: asyncssh.SSHWriter[bytes], message: BaseModel) -> None:
@@ -87,7 +111,7 @@ async def send(writer: asyncssh.SSHWriter[bytes], message: BaseModel) -> None:
 
 async def receive(
     reader: asyncssh.SSHReader[bytes], timeout_s: float | None = None
-) -> Hello | Heartbeat | Welcome | Refused:
+) -> Hello | Heartbeat | Welcome | Ack | Refused:
     """The next message; `LinkClosed` at the end of the session or on a bad line."""
     try:
         line = await asyncio.wait_for(reader.readuntil(b"\n"), timeout_s)

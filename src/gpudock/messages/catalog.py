@@ -88,6 +88,15 @@ ZH_CN_MESSAGES: dict[str, str] = {
         "未知：占用这些 GPU 的实例会一直运行到其所有者关机，gpudock 没有运行时长上限可参考"
     ),
     "host unreachable for {seconds} s: {why}": "主机已失联 {seconds} 秒：{why}",
+    "host {host} lost: no heartbeat since {since}; waiting for it (the data is there)": (
+        "主机 {host} 失联：自 {since} 起无心跳；等待其恢复（数据在该主机上）"
+    ),
+    "running on {host} again: its host is back": "主机已恢复，重新运行于 {host}",
+    "host {host} was removed (its agent revoked)": "主机 {host} 已被移除（其代理已吊销）",
+    "host {host} lost; restarting elsewhere with an empty data volume "
+    "(the old one stays on {host})": (
+        "主机 {host} 失联；在其他主机以空数据卷重启（原数据卷留在 {host}）"
+    ),
     "{reason}; waiting for it": "{reason}；等待其恢复",
     # billing: stops, warnings, ledger lines
     "billing: stopped: the balance left ({money}) does not cover the next {period} s at {rate}; "
@@ -270,6 +279,7 @@ ZH_CN_MESSAGES: dict[str, str] = {
     "starting": "开机中",
     "deleting": "删除中",
     "migrating": "迁移中",
+    "unreachable": "主机失联",
     "deleted": "已删除",
     "failed": "失败",
     "healthy": "正常",

@@ -19,7 +19,15 @@ from gpudock.db.models import (
     InstanceStatus,
 )
 from gpudock.errors import GpudockError
-from gpudock.runtime.base import LABEL_BUILD, LABEL_CHECK, LABEL_OWNER, ContainerState
+from gpudock.runtime.base import (
+    LABEL_BUILD,
+    LABEL_CHECK,
+    LABEL_OWNER,
+    ContainerState,
+    NetworkState,
+    Runtime,
+    VolumeState,
+)
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import moves as migration
 from gpudock.services.instances import container_spec as containers
@@ -32,14 +40,15 @@ GRACE_S = 60.0  # past a build's or check's time limit, before its containers co
 def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
     """Remove this cluster's containers and volumes whose instance is deleted
     or unknown (and, at start-up, every build's and check's: none survives a
-    restart). Returns how many objects were removed."""
+    restart), on this server's engine and each linked agent host's. Returns
+    how many objects were removed."""
     labels = containers.cluster_labels(ctx.cluster_id)
-    try:
-        found_containers = ctx.runtime.list_containers(labels)
-        found_volumes = ctx.runtime.list_volumes(labels)
-    except GpudockError as exc:
-        log.warning("garbage collection skipped: %s", exc)
-        return 0
+    found: list[tuple[Runtime, list[ContainerState], list[VolumeState]]] = []
+    for runtime in ctx.every_engine():  # listed before the rows are read: see _collect_on
+        try:
+            found.append((runtime, runtime.list_containers(labels), runtime.list_volumes(labels)))
+        except GpudockError as exc:
+            log.warning("garbage collection skipped on one engine: %s", exc)
     with ctx.sessions() as session:
         live_rows = session.scalars(
             select(InstanceModel).where(InstanceModel.status != S.DELETED)
@@ -47,9 +56,29 @@ def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
         live = {row.id for row in live_rows}
         kept_volumes = _volumes_in_use(ctx, session, live_rows)
     removed = 0
-    for container in found_containers:
+    for runtime, found_containers, found_volumes in found:
+        try:
+            removed += _collect_containers(ctx, runtime, found_containers, live, at_startup)
+            removed += _collect_volumes(runtime, found_volumes, kept_volumes)
+        except GpudockError as exc:
+            log.warning("garbage collection stopped on one engine: %s", exc)
+    collect_networks(ctx)
+    return removed
+
+
+def _collect_containers(
+    ctx: ServiceContext,
+    runtime: Runtime,
+    found: list[ContainerState],
+    live: set[str],
+    at_startup: bool,
+) -> int:
+    """What `runtime` listed before the live rows were read: an instance made
+    since then has no container in the list, so none is taken for an orphan."""
+    removed = 0
+    for container in found:
         if container.labels.get(LABEL_BUILD) or LABEL_CHECK in container.labels:
-            removed += _collect_throwaway(ctx, container, at_startup)
+            removed += _collect_throwaway(ctx, runtime, container, at_startup)
             continue
         owner = container.labels.get("gpudock.instance")
         if (
@@ -59,27 +88,33 @@ def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
         ):
             if not container.running:  # a data-move helper a crash left behind
                 log.info("removing leftover helper container %s", container.name)
-                ctx.runtime.remove_container(container.id)
+                runtime.remove_container(container.id)
                 removed += 1
             continue
         if owner not in live:
             log.info("removing orphan container %s", container.name)
-            ctx.runtime.remove_container(container.id)
+            runtime.remove_container(container.id)
             removed += 1
-    for volume in found_volumes:
-        if volume.name not in kept_volumes:
+    return removed
+
+
+def _collect_volumes(runtime: Runtime, found: list[VolumeState], kept: set[str]) -> int:
+    removed = 0
+    for volume in found:
+        if volume.name not in kept:
             log.info("removing orphan volume %s", volume.name)
             try:
-                ctx.runtime.remove_volume(volume.name)
+                runtime.remove_volume(volume.name)
             except GpudockError as exc:  # still mounted by a container removed later
                 log.warning("could not remove volume %s yet: %s", volume.name, exc)
                 continue
             removed += 1
-    collect_networks(ctx)
     return removed
 
 
-def _collect_throwaway(ctx: ServiceContext, container: ContainerState, at_startup: bool) -> int:
+def _collect_throwaway(
+    ctx: ServiceContext, runtime: Runtime, container: ContainerState, at_startup: bool
+) -> int:
     """A build step's or a check's container: what made it removes it; one
     older than its time limit was left by a crash."""
     limit = timedelta(seconds=_time_limit_s(ctx, container) + GRACE_S)
@@ -87,7 +122,7 @@ def _collect_throwaway(ctx: ServiceContext, container: ContainerState, at_startu
     if young and not at_startup:
         return 0
     log.info("removing leftover container %s", container.name)
-    ctx.runtime.remove_container(container.id, keep_network=True)
+    runtime.remove_container(container.id, keep_network=True)
     return 1
 
 
@@ -117,20 +152,23 @@ def _volumes_in_use(
 
 def collect_networks(ctx: ServiceContext) -> None:
     """Remove tenant networks whose tenant has no live instance (the runtime
-    keeps any that a container is still on)."""
-    try:
-        found = ctx.runtime.list_networks(containers.cluster_labels(ctx.cluster_id))
-    except GpudockError as exc:
-        log.warning("network garbage collection skipped: %s", exc)
-        return
+    keeps any that a container is still on), on every engine."""
+    labels = containers.cluster_labels(ctx.cluster_id)
+    found: list[tuple[Runtime, list[NetworkState]]] = []
+    for runtime in ctx.every_engine():
+        try:
+            found.append((runtime, runtime.list_networks(labels)))
+        except GpudockError as exc:
+            log.warning("network garbage collection skipped on one engine: %s", exc)
     with ctx.sessions() as session:
         tenants = set(
             session.scalars(select(InstanceModel.user_id).where(InstanceModel.status != S.DELETED))
         )
-    for network in found:
-        if network.labels.get(LABEL_OWNER) in tenants:
-            continue
-        try:
-            ctx.runtime.remove_network(network.name)
-        except GpudockError as exc:
-            log.warning("could not remove network %s: %s", network.name, exc)
+    for runtime, networks in found:
+        for network in networks:
+            if network.labels.get(LABEL_OWNER) in tenants:
+                continue
+            try:
+                runtime.remove_network(network.name)
+            except GpudockError as exc:
+                log.warning("could not remove network %s: %s", network.name, exc)

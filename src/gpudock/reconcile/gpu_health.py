@@ -23,11 +23,11 @@ from gpudock.services.fleet import moves as migration
 from gpudock.services.fleet.gpu_health import (
     DRAINING_ACTIONS,
     G,
-    has_open_fault,
     record_fault,
     switch_gpu_state,
     tenants_on,
 )
+from gpudock.services.fleet.host_outage import bring_back_host, take_out_host
 from gpudock.services.instances.status import record_instance_note
 
 log = logging.getLogger(__name__)
@@ -129,25 +129,10 @@ def _watch_runtime(ctx: ServiceContext, watch: HealthWatch) -> None:
 
 def _mark_hosts_lost(ctx: ServiceContext, why: str) -> None:
     now = ctx.clock()
+    message = f"host unreachable for {ctx.settings.host_lost_after_s:g} s: {why}"
     with ctx.sessions.begin() as session:
-        for gpu in session.scalars(select(GpuDeviceModel).join(HostModel).where(HostModel.present)):
-            if has_open_fault(session, gpu.id, "host_lost"):
-                continue
-            message = f"host unreachable for {ctx.settings.host_lost_after_s:g} s: {why}"
-            session.add(
-                GpuFaultModel(
-                    gpu_id=gpu.id,
-                    host_id=gpu.host_id,
-                    kind="host_lost",
-                    action="host_lost",
-                    source="runtime",
-                    message=message,
-                    at=now,
-                )
-            )
-            if gpu.state in (G.HEALTHY, G.REPAIRING, G.DRAINING):
-                switch_gpu_state(session, gpu, G.UNHEALTHY, message, now)
-            for instance in tenants_on(session, [gpu.id]):
+        for host_id in _local_hosts(session):
+            for instance in take_out_host(session, host_id, message, "runtime", now):
                 record_instance_note(session, instance, f"{message}; waiting for it", now)
     log.error("runtime unreachable: hosts marked lost")
 
@@ -155,14 +140,15 @@ def _mark_hosts_lost(ctx: ServiceContext, why: str) -> None:
 def _restore_lost_hosts(ctx: ServiceContext) -> None:
     now = ctx.clock()
     with ctx.sessions.begin() as session:
-        faults = session.scalars(
-            select(GpuFaultModel).where(
-                GpuFaultModel.kind == "host_lost", GpuFaultModel.repaired_at.is_(None)
-            )
-        ).all()
-        for fault in faults:
-            fault.repaired_at = now
-            gpu = session.get(GpuDeviceModel, fault.gpu_id)
-            if gpu is not None and gpu.state == G.UNHEALTHY and not _open_faults(session, gpu.id):
-                switch_gpu_state(session, gpu, G.HEALTHY, "host reachable again", now)
+        for host_id in _local_hosts(session):
+            bring_back_host(session, host_id, "host reachable again", now)
     log.warning("runtime reachable again: lost hosts restored")
+
+
+def _local_hosts(session: Session) -> list[str]:
+    """The hosts the local runtime drives (an agent host's loss is its link's)."""
+    return list(
+        session.scalars(
+            select(HostModel.id).where(HostModel.present.is_(True), HostModel.agent.is_(False))
+        )
+    )

@@ -28,7 +28,7 @@ from gpudock.db.models import (
 )
 from gpudock.errors import GpudockError, RuntimeFailure, RuntimeUnavailable
 from gpudock.messages import Message
-from gpudock.runtime.base import LABEL_CLUSTER, LABEL_GPUS, LABEL_OWNER, ContainerState
+from gpudock.runtime.base import LABEL_CLUSTER, LABEL_GPUS, LABEL_OWNER, ContainerState, Runtime
 from gpudock.services.billing import intervals as metering
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import moves as migration
@@ -182,17 +182,18 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
     if run is None:
         return
     instance = run.instance
+    runtime = containers.runtime_of(ctx, instance)
     try:
-        ctx.runtime.ensure_image(instance.system_image)
+        runtime.ensure_image(instance.system_image)
         instance = migration.ensure_data_volume(ctx, instance, run.host, token)
         ctx.crash_point("after_volume")
-        instance, state, replaced = _make_container(ctx, instance, run, token)
+        instance, state, replaced = _make_container(ctx, runtime, instance, run, token)
         if instance.gpu_share_milli is not None:
-            _install_share_hook(ctx, state.id)
+            _install_share_hook(ctx, runtime, state.id)
         if replaced:  # the old container held the old host's copy of the data
             migration.remove_stale_volumes(ctx, instance)
         ctx.crash_point("after_create")
-        state = ctx.runtime.start_container(state.id)
+        state = runtime.start_container(state.id)
         ctx.crash_point("after_start")
     except RuntimeUnavailable as exc:
         _note_retry(ctx, instance_id, token, exc)
@@ -207,11 +208,11 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
         return
     _mark_running(ctx, instance_id, token, state, run)
     # After 'running' is reported: the copy costs a round trip the user need not wait for.
-    images.install_doctor(ctx, state.id)  # gpudock-doctor in every instance
+    images.install_doctor(runtime, state.id)  # gpudock-doctor in every instance
 
 
 def _make_container(
-    ctx: ServiceContext, instance: InstanceModel, run: _RunPlan, token: str
+    ctx: ServiceContext, runtime: Runtime, instance: InstanceModel, run: _RunPlan, token: str
 ) -> tuple[InstanceModel, ContainerState, bool]:
     """Create the container, asking nothing first: a create finds the one an
     earlier attempt made. One made for other GPUs is replaced (True), its
@@ -219,35 +220,39 @@ def _make_container(
     spec = containers.build_spec(
         ctx.settings, ctx.cluster_id, instance, run.host, run.gpus, run.gpu_memory_mb
     )
-    state = ctx.runtime.create_container(spec)
+    state = runtime.create_container(spec)
     if state.labels.get(LABEL_GPUS) == ",".join(run.gpus):
         return instance, state, False
-    instance = _carry_writable_layer(ctx, instance, state, token)
+    instance = _carry_writable_layer(ctx, runtime, instance, state, token)
     spec = containers.build_spec(
         ctx.settings, ctx.cluster_id, instance, run.host, run.gpus, run.gpu_memory_mb
     )
-    return instance, ctx.runtime.create_container(spec), True
+    return instance, runtime.create_container(spec), True
 
 
-def _install_share_hook(ctx: ServiceContext, container_id: str) -> None:
+def _install_share_hook(ctx: ServiceContext, runtime: Runtime, container_id: str) -> None:
     """HAMi-core into a share's container, preloaded for every process that starts
     there (an SSH session does not inherit a container's env-only preload)."""
     library = ctx.settings.share_hook_library
     if library is None:
         return
-    ctx.runtime.put_file(container_id, containers.SHARE_HOOK_PATH, library.read_bytes())
-    ctx.runtime.put_file(
+    runtime.put_file(container_id, containers.SHARE_HOOK_PATH, library.read_bytes())
+    runtime.put_file(
         container_id, containers.LD_SO_PRELOAD, f"{containers.SHARE_HOOK_PATH}\n".encode(), 0o644
     )
 
 
 def _carry_writable_layer(
-    ctx: ServiceContext, instance: InstanceModel, existing: ContainerState, token: str
+    ctx: ServiceContext,
+    runtime: Runtime,
+    instance: InstanceModel,
+    existing: ContainerState,
+    token: str,
 ) -> InstanceModel:
     """The container was made for other GPUs: commit its writable layer so
     packages installed outside /root/data come along, then replace it."""
     repository = containers.system_image_repository(ctx.cluster_id, instance.id)
-    ref = ctx.runtime.commit_container(
+    ref = runtime.commit_container(
         existing.id,
         repository,
         f"t{int(ctx.clock().timestamp())}",
@@ -259,9 +264,9 @@ def _carry_writable_layer(
         return row
 
     updated = with_lease(ctx, instance.id, token, mutate)
-    ctx.runtime.remove_container(existing.id, keep_network=True)  # its successor joins it
+    runtime.remove_container(existing.id, keep_network=True)  # its successor joins it
     if instance.system_image != instance.image and instance.system_image != ref:
-        ctx.runtime.remove_image(instance.system_image)
+        runtime.remove_image(instance.system_image)
     return updated
 
 
@@ -312,15 +317,16 @@ def _note_retry(ctx: ServiceContext, instance_id: str, token: str, exc: Exceptio
 
 # -- stop: stop the container, keep it and the volume -------------------------
 def _stop(ctx: ServiceContext, instance_id: str, token: str) -> None:
-    def begin(session: Session, instance: InstanceModel) -> None:
+    def begin(session: Session, instance: InstanceModel) -> Runtime:
         if instance.status != S.STOPPING:
             reason = Message("stop requested")
             switch_instance_status(session, instance, S.STOPPING, reason, ctx.clock())
+        return containers.runtime_of(ctx, instance)
 
-    with_lease(ctx, instance_id, token, begin)
+    runtime = with_lease(ctx, instance_id, token, begin)
     name = containers.container_name(ctx.cluster_id, instance_id)
     try:
-        state = ctx.runtime.stop_container(name, ctx.settings.stop_timeout_s)
+        state = runtime.stop_container(name, ctx.settings.stop_timeout_s)
     except RuntimeFailure as exc:
         _note_retry(ctx, instance_id, token, exc)
         raise _StopHere from exc
@@ -346,8 +352,9 @@ def _evacuate(ctx: ServiceContext, instance_id: str, token: str) -> None:
     grace is short), keep it for its writable layer, release the GPUs; the
     placement pass then finds healthy ones."""
     name = containers.container_name(ctx.cluster_id, instance_id)
+    runtime = with_lease(ctx, instance_id, token, lambda _s, row: containers.runtime_of(ctx, row))
     try:
-        ctx.runtime.stop_container(name, ctx.settings.migration_stop_timeout_s)
+        runtime.stop_container(name, ctx.settings.migration_stop_timeout_s)
     except RuntimeFailure as exc:
         _note_retry(ctx, instance_id, token, exc)
         raise _StopHere from exc
@@ -372,13 +379,16 @@ def _delete(ctx: ServiceContext, instance_id: str, token: str) -> None:
         return instance
 
     instance = with_lease(ctx, instance_id, token, begin)
+    runtime = containers.runtime_of(ctx, instance)
     try:
-        ctx.runtime.remove_container(containers.container_name(ctx.cluster_id, instance_id))
+        runtime.remove_container(containers.container_name(ctx.cluster_id, instance_id))
         ctx.crash_point("after_container_remove")
-        ctx.runtime.remove_volume(containers.data_volume_of(ctx.cluster_id, instance))
+        _data_runtime(ctx, instance).remove_volume(
+            containers.data_volume_of(ctx.cluster_id, instance)
+        )
         ctx.crash_point("after_volume_remove")
         if instance.system_image != instance.image:
-            ctx.runtime.remove_image(instance.system_image)
+            runtime.remove_image(instance.system_image)
     except RuntimeFailure as exc:
         _note_retry(ctx, instance_id, token, exc)
         raise _StopHere from exc
@@ -389,6 +399,11 @@ def _delete(ctx: ServiceContext, instance_id: str, token: str) -> None:
         switch_instance_status(session, row, S.DELETED, "deleted with its data volume", ctx.clock())
 
     with_lease(ctx, instance_id, token, finish)
+
+
+def _data_runtime(ctx: ServiceContext, instance: InstanceModel) -> Runtime:
+    """Where its data volume is (the host it was on before a move cut short)."""
+    return containers.runtime_of(ctx, instance, instance.data_host_id)
 
 
 class _StopHere(Exception):

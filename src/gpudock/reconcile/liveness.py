@@ -16,7 +16,7 @@ from gpudock.db.models import (
 )
 from gpudock.errors import GpudockError
 from gpudock.messages import Message
-from gpudock.runtime.base import ContainerState
+from gpudock.runtime.base import ContainerState, Runtime
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import auto_stop
 from gpudock.services.instances import container_spec as containers
@@ -37,24 +37,36 @@ def check_running(ctx: ServiceContext) -> None:
                 InstanceModel.lock_token.is_(None),
             )
         ).all()
+    by_engine: dict[int, tuple[Runtime, list[InstanceModel]]] = {}
+    for instance in running:
+        runtime = ctx.runtime_for(instance.host_id)
+        by_engine.setdefault(id(runtime), (runtime, []))[1].append(instance)
+    for runtime, rows in by_engine.values():
+        _check_engine(ctx, runtime, rows)
+
+
+def _check_engine(ctx: ServiceContext, runtime: Runtime, rows: list[InstanceModel]) -> None:
+    """One engine's instances: one listing (a host whose link is down is skipped:
+    its containers are not known to have gone)."""
     try:
         labels = containers.cluster_labels(ctx.cluster_id)
-        found = {c.name: c for c in ctx.runtime.list_containers(labels)}
+        found = {c.name: c for c in runtime.list_containers(labels)}
     except GpudockError as exc:
         log.warning("health check skipped: %s", exc)
         return
-    for instance in running:
+    for instance in rows:
         container = found.get(containers.container_name(ctx.cluster_id, instance.id))
         if container is None or not container.running:
-            _recover(ctx, instance.id, container is None)
+            _recover(ctx, instance, container is None)
 
 
-def _recover(ctx: ServiceContext, instance_id: str, vanished: bool) -> None:
+def _recover(ctx: ServiceContext, instance: InstanceModel, vanished: bool) -> None:
     """Restart (or recreate) it; an exited one whose auto-stop says so stops instead."""
+    instance_id = instance.id
     reason = Message(
         "container disappeared; recreating" if vanished else "container exited; restarting"
     )
-    state = None if vanished else _exited_state(ctx, instance_id)
+    state = None if vanished else _exited_state(ctx, instance)
     at = _exited_at(ctx, state)
     with ctx.sessions.begin() as session:
         row = session.get(InstanceModel, instance_id, with_for_update=True)
@@ -67,10 +79,10 @@ def _recover(ctx: ServiceContext, instance_id: str, vanished: bool) -> None:
     ctx.wake_reconciler()
 
 
-def _exited_state(ctx: ServiceContext, instance_id: str) -> ContainerState | None:
-    name = containers.container_name(ctx.cluster_id, instance_id)
+def _exited_state(ctx: ServiceContext, instance: InstanceModel) -> ContainerState | None:
+    name = containers.container_name(ctx.cluster_id, instance.id)
     try:
-        return ctx.runtime.inspect_container(name)
+        return containers.runtime_of(ctx, instance).inspect_container(name)
     except GpudockError:
         return None
 

@@ -44,17 +44,22 @@ def check_system_disks(ctx: ServiceContext, watch: DiskWatch) -> list[str]:
         return []
     with ctx.reader() as session:
         rows = session.execute(
-            select(InstanceModel.id, InstanceModel.container_id, InstanceModel.system_disk_gb)
+            select(
+                InstanceModel.id,
+                InstanceModel.container_id,
+                InstanceModel.system_disk_gb,
+                InstanceModel.host_id,
+            )
             .where(InstanceModel.status == InstanceStatus.RUNNING)
             .where(InstanceModel.container_id.is_not(None))
         ).all()
     stopped = []
-    for instance_id, container_id, size_gb in rows:
+    for instance_id, container_id, size_gb, host_id in rows:
         limit = (size_gb or ctx.settings.system_disk_gb) * GB
         if container_id is None:
             continue
         try:
-            used = ctx.runtime.writable_layer_bytes(container_id)
+            used = ctx.runtime_for(host_id).writable_layer_bytes(container_id)
         except GpudockError as exc:
             log.warning("could not measure the system disk of %s: %s", instance_id, exc)
             continue

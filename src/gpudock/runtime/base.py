@@ -67,6 +67,13 @@ class RuntimeTimeout(RuntimeFailure):
     code = "runtime_timeout"
 
 
+class StaleGeneration(RuntimeFailure):
+    """An agent refused a command for an instance whose placement has moved on:
+    it has seen a newer placement generation of that instance (`runtime.calls`)."""
+
+    code = "stale_generation"
+
+
 @dataclass(frozen=True)
 class ContainerSpec:
     """Everything needed to create one instance's container."""

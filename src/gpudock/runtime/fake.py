@@ -71,6 +71,7 @@ class FakeRuntime:
     files: dict[tuple[str, str], bytes] = field(default_factory=dict)
     run_results: dict[str, ExecResult] = field(default_factory=dict)
     exec_codes: dict[str, int | None] = field(default_factory=dict)
+    resizes: list[tuple[str, int, int]] = field(default_factory=list)  # (exec id, width, height)
     volume_copies: list[tuple[str, str]] = field(default_factory=list)
     volume_sizes: dict[str, int] = field(default_factory=dict)
     # what `container_stats` reports, by container id (see `set_usage`)
@@ -329,7 +330,7 @@ class FakeRuntime:
             self.exec_codes[exec_id] = 0
 
     def resize_exec(self, exec_id: str, width: int, height: int) -> None:
-        return None
+        self.resizes.append((exec_id, width, height))
 
     def exec_exit_code(self, exec_id: str) -> int | None:
         return self.exec_codes.get(exec_id)

@@ -13,6 +13,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpudock.gpu.base import GpuSource
 from gpudock.runtime.base import Runtime
+from gpudock.runtime.calls import InstanceScope
+from gpudock.runtime.link import HostRuntimes
 from gpudock.settings import Settings
 
 
@@ -36,6 +38,24 @@ class ServiceContext:
     pass_durations: dict[str, float] = field(default_factory=dict)
     """Seconds each background pass took the last time it ran (the reconciler
     writes it, Prometheus reads it)."""
+    hosts: HostRuntimes | None = None
+    """Agent hosts' runtimes (the platform makes it; the agent gateway attaches
+    each link). None: every host is on `runtime`."""
+
+    def runtime_for(self, host_id: str | None, scope: InstanceScope | None = None) -> Runtime:
+        """The runtime that acts on `host_id`: its agent's link for an agent host
+        (each call carrying `scope`), else `runtime`, this server's engine."""
+        if self.hosts is None:
+            return self.runtime
+        return self.hosts.for_host(host_id, scope)
+
+    def runtime_for_exec(self, exec_id: str) -> Runtime:
+        """The runtime that started exec `exec_id` (resizes, exit codes)."""
+        return self.runtime if self.hosts is None else self.hosts.for_exec(exec_id)
+
+    def every_engine(self) -> list[Runtime]:
+        """`runtime` and each linked agent host's: where containers may be."""
+        return [self.runtime] if self.hosts is None else self.hosts.every_engine()
 
     def reader(self) -> Session:
         """A session for queries only (no write lock on SQLite)."""

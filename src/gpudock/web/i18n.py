@@ -136,6 +136,7 @@ ZH_CN: dict[str, str] = {
     "starting": "开机中",
     "deleting": "删除中",
     "migrating": "迁移中",
+    "unreachable": "主机失联",
     "deleted": "已删除",
     "failed": "失败",
     "healthy": "正常",
@@ -170,6 +171,18 @@ ZH_CN: dict[str, str] = {
     "CUDA": "CUDA",
     "simulated": "模拟",
     "absent": "离线",
+    "Hosts with agents": "带代理的主机",
+    "Link": "连接",
+    "Last heartbeat": "最近心跳",
+    "Agent": "代理",
+    "agent": "代理",
+    "Engine": "引擎",
+    "Labels": "标签",
+    "waiting for its agent": "等待代理加入",
+    "lost": "失联",
+    "link up": "已连接",
+    "link down": "已断开",
+    "never linked": "从未连接",
     "Index": "序号",
     "State": "状态",
     "Tenant": "租户",
@@ -578,8 +591,11 @@ ZH_CN: dict[str, str] = {
     ),
     "an instance stops for being idle soon": "实例即将因空闲而关机",
     "an instance's GPU failed; it moves to a healthy one": "实例的 GPU 故障；正迁移到健康的 GPU",
-    "an instance runs after waiting for GPUs (or after a move)": (
-        "实例在等待 GPU（或迁移）后开始运行"
+    "an instance runs after waiting for GPUs (or after a move, or its host's return)": (
+        "实例在等待 GPU（或迁移、或其主机恢复）后开始运行"
+    ),
+    "an instance's host was lost: it waits for it, unbilled, or restarts elsewhere": (
+        "实例的主机失联：等待其恢复（期间不计费），或在别处重启"
     ),
     "a GPU model you watch has free GPUs": "你关注的 GPU 型号有空闲卡了",
     "an image build finished (built or failed)": "镜像构建已结束（成功或失败）",

@@ -1,4 +1,5 @@
-"""Hosts with a gpudock agent (admin): add (with its join command), list, drain, remove."""
+"""Hosts with a gpudock agent (admin): add (with its join command), list, label,
+drain, remove."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from gpudock.api.host_schemas import (
     AgentGpuPublic,
     AgentHostCreateRequest,
     AgentHostInvitationPublic,
+    AgentHostLabelsRequest,
     AgentHostPublic,
 )
 from gpudock.services.agents import hosts
@@ -32,6 +34,8 @@ def _public(host: AgentHost) -> AgentHostPublic:
         gpus=[AgentGpuPublic(**gpu.model_dump()) for gpu in host.gpus],
         created_at=host.created_at,
         enrolled_at=host.enrolled_at,
+        labels=host.labels,
+        lost_at=host.lost_at,
     )
 
 
@@ -46,7 +50,7 @@ def add_host(
 ) -> AgentHostInvitationPublic:
     """Add a host and get the one-time command that enrolls its agent. Adding a host
     that has no agent yet again gives a new command and voids the earlier one."""
-    invitation = hosts.add_host(ctx, body.name)
+    invitation = hosts.add_host(ctx, body.name, body.labels)
     return AgentHostInvitationPublic(
         host=_public(invitation.host),
         join_command=invitation.join_command,
@@ -63,6 +67,15 @@ def list_hosts(ctx: Context, _admin: AdminUser) -> list[AgentHostPublic]:
 @router.get("/{name}", response_model=AgentHostPublic, responses=error_responses(404))
 def get_host(ctx: Context, _admin: AdminUser, name: str) -> AgentHostPublic:
     return _public(hosts.get_host(ctx, name))
+
+
+@router.post("/{name}/labels", response_model=AgentHostPublic, responses=error_responses(404))
+def label_host(
+    ctx: Context, _admin: AdminUser, name: str, body: AgentHostLabelsRequest
+) -> AgentHostPublic:
+    """Set labels (a key the host has takes the new value) and take others off;
+    placement from now on sees them."""
+    return _public(hosts.label_host(ctx, name, body.set, tuple(body.remove)))
 
 
 @router.post("/{name}/drain", response_model=AgentHostPublic, responses=error_responses(404, 409))

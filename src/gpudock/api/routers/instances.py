@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Annotated
 
@@ -16,7 +17,7 @@ from gpudock.api.schemas import (
     InstancePublic,
     InstanceQueuePublic,
 )
-from gpudock.db.models import AutoStopModel
+from gpudock.db.models import AutoStopModel, HostLossPolicy
 from gpudock.messages import localize
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import actions as instances
@@ -78,6 +79,8 @@ def _public(
         queue=_queue_public(queue_position, lang) if queue_position else None,
         auto_stop=_auto_stop_public(v.auto_stop) if v.auto_stop else None,
         command=i.command,
+        host_labels=json.loads(i.host_labels or "{}"),
+        on_host_loss=i.host_loss_policy.value,
     )
 
 
@@ -121,6 +124,7 @@ def _request_from(body: InstanceCreateRequest) -> InstanceRequest:
     fields["gpu_models"] = tuple(fields["gpu_models"])
     fields["auto_stop"] = _policy(body.auto_stop)
     fields["services"] = tuple(fields["services"].items())
+    fields["on_host_loss"] = HostLossPolicy(body.on_host_loss)
     return InstanceRequest(**fields, gpu_share=None if share is None else Decimal(repr(share)))
 
 

@@ -32,6 +32,17 @@ DockerHost = Annotated[
         help="The host's Docker Engine socket (unix:// only).",
     ),
 ]
+LeaseS = Annotated[
+    float | None,
+    typer.Option(
+        "--lease-s",
+        envvar="GPUDOCK_AGENT_LEASE_S",
+        min=1,
+        metavar="S",
+        help="Cut off from the server this long, stop the tenants' containers (kept, not "
+        "removed); default: the lease the server gives.",
+    ),
+]
 DEFAULT_STATE_DIR = Path("/var/lib/gpudock-agent")
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
@@ -42,22 +53,24 @@ def join(
     token: Annotated[str, typer.Argument(help="The one-time token from `gpudock hosts add`.")],
     state_dir: StateDir = DEFAULT_STATE_DIR,
     docker_host: DockerHost = DEFAULT_DOCKER_HOST,
+    lease_s: LeaseS = None,
 ) -> None:
     """Enroll this host with the server (once), then keep its link as `run` does."""
     from gpudock.agent import process
 
-    _guarded(lambda: process.join(state_dir, url, token, docker_host))
+    _guarded(lambda: process.join(state_dir, url, token, docker_host, lease_s))
 
 
 @app.command("run")
 def run(
     state_dir: StateDir = DEFAULT_STATE_DIR,
     docker_host: DockerHost = DEFAULT_DOCKER_HOST,
+    lease_s: LeaseS = None,
 ) -> None:
     """Keep the link to the server this host enrolled with (the systemd unit runs this)."""
     from gpudock.agent import process
 
-    _guarded(lambda: process.run(state_dir, docker_host))
+    _guarded(lambda: process.run(state_dir, docker_host, lease_s))
 
 
 def _guarded(action: Callable[[], None]) -> None:

@@ -1,4 +1,4 @@
-"""`gpudock hosts`: where the GPUs are (bare); hosts with agents (add|list|drain|remove)."""
+"""`gpudock hosts`: where the GPUs are (bare); hosts with agents (add|list|label|drain|remove)."""
 
 from __future__ import annotations
 
@@ -13,31 +13,38 @@ from gpudock.cli import output
 from gpudock.cli.client import connect
 from gpudock.cli.commands import gpus
 from gpudock.cli.commands.listing import show_collection
-from gpudock.cli.commands.options import JsonFlag
+from gpudock.cli.commands.options import JsonFlag, parse_pairs
 
 app = typer.Typer(
-    help="Hosts and their GPUs, with the instance holding each GPU; add|list|drain|remove "
-    "hosts with agents (admin).",
+    help="Hosts and their GPUs, with the instance holding each GPU; add|list|label|drain|"
+    "remove hosts with agents (admin).",
     invoke_without_command=True,
 )
-COLUMNS = ("NAME", "STATE", "LINK", "LAST HEARTBEAT", "AGENT", "ENGINE", "GPUS")
+COLUMNS = ("NAME", "STATE", "LINK", "LAST HEARTBEAT", "AGENT", "ENGINE", "GPUS", "LABELS")
 LINK_STYLES = {"up": "green", "down": "red", "none": "dim"}
 HostName = Annotated[str, typer.Argument(help="The host's name, as `gpudock hosts add` took it.")]
+LabelOpt = Annotated[
+    list[str] | None,
+    typer.Option("--label", "-l", metavar="K=V", help="A label, e.g. region=eu (repeatable)."),
+]
 
 
 @app.callback()
 def inventory(ctx: typer.Context, json_output: JsonFlag = False) -> None:
-    """Hosts and their GPUs, with the instance holding each GPU; add|list|drain|remove
-    hosts with agents (admin)."""
+    """Hosts and their GPUs, with the instance holding each GPU; add|list|label|drain|
+    remove hosts with agents (admin)."""
     if ctx.invoked_subcommand is None:
         gpus.list_hosts(json_output)
 
 
 @app.command("add")
-def add(name: HostName, json_output: JsonFlag = False) -> None:
-    """Add a host and print the one-time command that enrolls its agent."""
+def add(name: HostName, label: LabelOpt = None, json_output: JsonFlag = False) -> None:
+    """Add a host (with its labels) and print the one-time command that enrolls its agent."""
+    body: dict[str, object] = {"name": name}
+    if label:
+        body["labels"] = parse_pairs(label, "--label")
     with connect() as client:
-        invitation = client.post("/agent-hosts", AgentHostInvitationPublic, {"name": name})
+        invitation = client.post("/agent-hosts", AgentHostInvitationPublic, body)
     if json_output:
         output.print_json(invitation)
         return
@@ -58,6 +65,26 @@ def list_agent_hosts(json_output: JsonFlag = False) -> None:
         json_output=json_output,
         empty="No hosts added (`gpudock hosts add NAME`).",
     )
+
+
+@app.command("label")
+def label(
+    name: HostName,
+    labels: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="K=V|K-...", help="Set K to V, or take K off with 'K-' (as kubectl does)."
+        ),
+    ],
+    json_output: JsonFlag = False,
+) -> None:
+    """Set or remove the host's labels; instances placed from now on see them."""
+    remove = [word[:-1] for word in labels if word.endswith("-") and "=" not in word]
+    pairs = [word for word in labels if not (word.endswith("-") and "=" not in word)]
+    body = {"set": parse_pairs(pairs, "K=V"), "remove": remove}
+    with connect() as client:
+        host = client.post(f"/agent-hosts/{name}/labels", AgentHostPublic, body)
+    output.print_answer(host, json_output, f"Host {host.name}: {_labels(host) or 'no labels'}.")
 
 
 @app.command("drain")
@@ -86,10 +113,15 @@ def _row(host: AgentHostPublic) -> list[str | Text]:
     listed = ", ".join(f"{count} × {model}" for model, count in sorted(models.items()))
     return [
         host.name,
-        host.state,
+        Text(f"{host.state}, lost", style="red") if host.lost_at else host.state,
         Text(host.link_state, style=LINK_STYLES.get(host.link_state, "")),
         output.when(host.last_heartbeat_at),
         output.text(host.agent_version),
         output.text(host.engine_version),
         listed or "-",
+        _labels(host) or "-",
     ]
+
+
+def _labels(host: AgentHostPublic) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(host.labels.items()))

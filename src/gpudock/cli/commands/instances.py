@@ -14,7 +14,7 @@ from gpudock.cli import output
 from gpudock.cli.client import ApiClient, Query, connect, quoted_path
 from gpudock.cli.commands import auto_stop, instance_metrics
 from gpudock.cli.commands.listing import show_collection
-from gpudock.cli.commands.options import JsonFlag
+from gpudock.cli.commands.options import JsonFlag, parse_pairs
 from gpudock.cli.commands.waiting import DEFAULT_TIMEOUT_S, Waiter
 
 app = typer.Typer(help="GPU instances (containers with GPUs).", no_args_is_help=True)
@@ -29,19 +29,6 @@ TimeoutOpt = Annotated[
     float, typer.Option("--timeout", min=0, metavar="S", help="How long --wait waits, seconds.")
 ]
 RefArg = Annotated[str, typer.Argument(metavar="ID", help="Instance id or name.")]
-
-
-def parse_env(pairs: list[str]) -> dict[str, str]:
-    """`K=V` strings as a dict; a malformed or repeated one is a usage error."""
-    env: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="'--env'")
-        if key in env:
-            raise typer.BadParameter(f"{key} is given twice", param_hint="'--env'")
-        env[key] = value
-    return env
 
 
 def parse_models(gpu: str | None) -> list[str]:
@@ -92,6 +79,22 @@ def create(
             "instance stops when it exits, its data kept.",
         ),
     ] = None,
+    host_label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--host-label",
+            metavar="K=V",
+            help="A label its host must carry (repeatable; `gpudock hosts list` shows them).",
+        ),
+    ] = None,
+    on_host_loss: Annotated[
+        str,
+        typer.Option(
+            metavar="wait|elsewhere",
+            help="If its host is lost: wait for it (data kept, not billed meanwhile) or "
+            "restart elsewhere at once with an empty data volume.",
+        ),
+    ] = "wait",
     wait: WaitFlag = False,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_S,
     json_output: JsonFlag = False,
@@ -104,7 +107,7 @@ def create(
     body: dict[str, object] = {
         "gpu_model": models[0] if models else None,
         "gpu_count": count,
-        "env": parse_env(env or []),
+        "env": parse_pairs(env or [], "--env"),
     }
     optional: dict[str, object] = {"name": name, "image": image, "cpu": cpu}
     optional |= {"memory_gb": memory, "disk_gb": disk}
@@ -113,6 +116,8 @@ def create(
     policy = auto_stop.policy_body(idle_stop, idle_below, stop_at, stop_after, stop_on_exit)
     optional["auto_stop"] = policy or None
     optional["command"] = command
+    optional["host_labels"] = parse_pairs(host_label, "--host-label") if host_label else None
+    optional["on_host_loss"] = on_host_loss if on_host_loss != "wait" else None
     body.update({k: v for k, v in optional.items() if v is not None})
     with connect() as client:
         instance = client.post("/instances", InstancePublic, body)

@@ -42,6 +42,7 @@ from gpudock.db.models.fleet import (
 from gpudock.db.models.images import ImageModel
 from gpudock.db.models.instances import (
     DesiredState,
+    HostLossPolicy,
     InstanceEventModel,
     InstanceModel,
     InstanceStatus,
@@ -85,6 +86,7 @@ __all__ = [
     "GpuShareModel",
     "GpuState",
     "GpuWatchModel",
+    "HostLossPolicy",
     "HostModel",
     "ImageModel",
     "InstanceEventModel",

@@ -1,8 +1,9 @@
 """Hosts enrolled with a `gpudock agent`, and the one-time tokens that enroll them.
 
-An enrolled host is apart from `hosts` (the GPU inventory the scheduler places
-on) until the runtime can route an instance's calls to its agent; its GPUs are
-recorded here as its agent reports them.
+An enrolled host is also a row of `hosts` (the inventory the scheduler places
+on) with the same id, and its GPUs rows of `gpus`, written from its agent's
+reports by `services.fleet.agent_inventory`; this table keeps what only an
+agent host has: its key, its link and the operator's labels.
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ class AgentHostModel(Base):
         String(64), default="", comment="the address the agent's connection came from"
     )
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    lost_at: Mapped[datetime | None] = mapped_column(
+        UTCDateTime,
+        nullable=True,
+        comment="when the host was declared lost (no heartbeat for GPUDOCK_HOST_LOST_AFTER_S); "
+        "None: not lost",
+    )
+    labels: Mapped[str] = mapped_column(
+        Text, default="{}", comment="the operator's labels (JSON object, e.g. region, zone)"
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     enrolled_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 

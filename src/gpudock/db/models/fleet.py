@@ -38,6 +38,12 @@ class HostModel(Base):
     driver_version: Mapped[str] = mapped_column(String(32))
     cuda_version: Mapped[str] = mapped_column(String(16))
     simulated: Mapped[bool] = mapped_column(Boolean)
+    agent: Mapped[bool] = mapped_column(
+        Boolean,
+        default=False,
+        comment="reported by its own gpudock agent (id = agent_hosts.id), not the local GPU "
+        "source; written by services.fleet.agent_inventory",
+    )
     present: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 

@@ -36,6 +36,14 @@ class InstanceStatus(enum.StrEnum):
     DELETED = "deleted"
     FAILED = "failed"
     MIGRATING = "migrating"  # moving off a failed GPU or host
+    UNREACHABLE = "unreachable"  # its host is lost; waiting for it (the data lives there)
+
+
+class HostLossPolicy(enum.StrEnum):
+    """What happens to an instance whose host is lost."""
+
+    WAIT = "wait"  # wait for the host: the data volume lives there
+    ELSEWHERE = "elsewhere"  # restart on another host, with an empty data volume
 
 
 class DesiredState(enum.StrEnum):
@@ -97,6 +105,13 @@ class InstanceModel(Base):
     placed: Mapped[bool] = mapped_column(
         Boolean, default=False, comment="holds its GPUs, CPU and memory on host_id now"
     )
+    placement_generation: Mapped[int] = mapped_column(
+        Integer,
+        default=0,
+        server_default="0",
+        comment="grows by one each time the placement pass places it (written there "
+        "only); an agent refuses a command for an older generation than it has seen",
+    )
     container_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     container_gpus: Mapped[str] = mapped_column(
         Text, default="", comment="GPU UUIDs the existing container was created with"
@@ -115,6 +130,12 @@ class InstanceModel(Base):
     )
     stay_on_host: Mapped[bool] = mapped_column(
         Boolean, default=False, comment="start waits for host_id instead of moving"
+    )
+    host_labels: Mapped[str] = mapped_column(
+        Text, default="{}", comment="labels a host must carry to be placed on (JSON object)"
+    )
+    host_loss_policy: Mapped[HostLossPolicy] = mapped_column(
+        enum_column(HostLossPolicy), default=HostLossPolicy.WAIT
     )
 
     service_token: Mapped[str | None] = mapped_column(

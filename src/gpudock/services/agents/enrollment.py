@@ -68,8 +68,10 @@ def redeem(
         host.agent_key = agent_key
         host.enrolled_at = now
         switch_host_state(host, AgentHostState.ACTIVE)
-        record_report(host, report)
+        record_report(session, host, report, now)
         host.link_state, host.link_changed_at, host.link_peer = LinkState.UP, now, peer
         host.last_heartbeat_at = now
         session.flush()
-        return AgentHost.of(host)
+        enrolled = AgentHost.of(host)
+    ctx.wake_reconciler()  # its GPUs are placeable now
+    return enrolled

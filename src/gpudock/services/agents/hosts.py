@@ -15,12 +15,15 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from gpudock import syntax
 from gpudock.db.models import AgentHostModel, AgentHostState, JoinTokenModel, LinkState
 from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.gpu.base import GpuInfo, HostInfo
 from gpudock.link.tokens import JoinToken, secret_hash
 from gpudock.link.wire import GpuReport, HostReport
 from gpudock.services.agents import server_key
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import agent_inventory
 
 _HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _TRANSITIONS = {
@@ -45,6 +48,8 @@ class AgentHost:
     gpus: tuple[GpuReport, ...]
     created_at: datetime
     enrolled_at: datetime | None
+    labels: dict[str, str]
+    lost_at: datetime | None
 
     @classmethod
     def of(cls, row: AgentHostModel) -> AgentHost:
@@ -62,6 +67,8 @@ class AgentHost:
             gpus=tuple(GpuReport.model_validate(gpu) for gpu in json.loads(row.gpus)),
             created_at=row.created_at,
             enrolled_at=row.enrolled_at,
+            labels=json.loads(row.labels or "{}"),
+            lost_at=row.lost_at,
         )
 
 
@@ -75,9 +82,12 @@ class HostInvitation:
     join_command: str
 
 
-def add_host(ctx: ServiceContext, name: str) -> HostInvitation:
-    """Record host `name` as pending and issue its one-time join token. Adding a
-    pending host again issues a fresh token and voids the earlier ones."""
+def add_host(
+    ctx: ServiceContext, name: str, labels: dict[str, str] | None = None
+) -> HostInvitation:
+    """Record host `name` as pending (with `labels`) and issue its one-time join
+    token. Adding a pending host again issues a fresh token and voids the earlier
+    ones; labels given then replace its labels."""
     link_url = server_key.link_url(ctx.settings)
     if not _HOST_NAME.fullmatch(name):
         raise InvalidRequest(
@@ -85,6 +95,7 @@ def add_host(ctx: ServiceContext, name: str) -> HostInvitation:
             "starting and ending with a letter or digit",
             field="name",
         )
+    _check_labels(labels or {})
     token = JoinToken.new(server_key.server_fingerprint(ctx.settings))
     now = ctx.clock()
     expires_at = now + timedelta(seconds=ctx.settings.agent_join_token_ttl_s)
@@ -98,6 +109,8 @@ def add_host(ctx: ServiceContext, name: str) -> HostInvitation:
             )
         if row is None:
             row = _new_host(session, name, now)
+        if labels is not None:
+            row.labels = json.dumps(labels, sort_keys=True)
         session.execute(delete(JoinTokenModel).where(JoinTokenModel.host_id == row.id))
         session.add(
             JoinTokenModel(
@@ -116,7 +129,7 @@ def add_host(ctx: ServiceContext, name: str) -> HostInvitation:
 
 def _new_host(session: Session, name: str, now: datetime) -> AgentHostModel:
     row = AgentHostModel(
-        id=secrets.token_hex(8),
+        id=agent_inventory.host_id_for(session, name) or secrets.token_hex(8),
         name=name,
         state=AgentHostState.PENDING,
         link_state=LinkState.NONE,
@@ -152,22 +165,74 @@ def drain_host(ctx: ServiceContext, name: str, *, draining: bool = True) -> Agen
         return AgentHost.of(row)
 
 
+def label_host(
+    ctx: ServiceContext, name: str, labels: dict[str, str], remove: tuple[str, ...] = ()
+) -> AgentHost:
+    """Set `labels` on the host (a key it has takes the new value) and take the
+    keys in `remove` off; instances placed from now on see the new labels, the
+    ones running there stay."""
+    with ctx.sessions.begin() as session:
+        row = _find(session, name)
+        merged = {k: v for k, v in json.loads(row.labels or "{}").items() if k not in remove}
+        merged.update(labels)
+        _check_labels(merged)
+        row.labels = json.dumps(merged, sort_keys=True)
+        return AgentHost.of(row)
+
+
+def _check_labels(labels: dict[str, str]) -> None:
+    problem = syntax.labels_problem(labels)
+    if problem is not None:
+        raise InvalidRequest(problem, field="labels")
+
+
 def remove_host(ctx: ServiceContext, name: str) -> AgentHost:
     """Forget the host: its agent's key is no longer accepted, and the server
-    holding its link closes it at the next heartbeat."""
+    holding its link closes it at the next heartbeat. Its inventory rows stay,
+    absent; the instances running there are unreachable (`agent_inventory`)."""
     with ctx.sessions.begin() as session:
         row = _find(session, name)
         removed = AgentHost.of(row)
+        agent_inventory.retire_agent_host(session, row.id, ctx.clock())
         session.delete(row)
     return removed
 
 
-def record_report(row: AgentHostModel, report: HostReport) -> None:
-    """What the agent reported of its host (every heartbeat: GPUs come and go)."""
+def record_report(session: Session, row: AgentHostModel, report: HostReport, at: datetime) -> bool:
+    """What the agent reported of its host (every heartbeat: GPUs come and go), here
+    and in the scheduler's inventory once the host is enrolled. True: capacity
+    grew (a new host or GPU, one back), so placement should run."""
     row.agent_version = report.agent_version[:32]
     row.engine_version = report.engine_version[:32]
     row.driver_version = report.driver_version[:32]
     row.gpus = json.dumps([gpu.model_dump() for gpu in report.gpus])
+    if row.state is AgentHostState.PENDING:
+        return False
+    return agent_inventory.sync_agent_host(session, row.id, _host_info(row.name, report), at)
+
+
+def _host_info(name: str, report: HostReport) -> HostInfo:
+    gpus = tuple(
+        GpuInfo(
+            uuid=gpu.uuid,
+            index=gpu.index,
+            model=gpu.model,
+            memory_mb=gpu.memory_mb,
+            pci_bus_id=gpu.pci_bus_id,
+            numa_node=gpu.numa_node,
+            nvlink_peers=tuple(gpu.nvlink_peers),
+        )
+        for gpu in report.gpus
+    )
+    return HostInfo(
+        name=name,
+        cpus=report.cpus,
+        memory_gb=report.memory_gb,
+        driver_version=report.driver_version[:32],
+        cuda_version=report.cuda_version[:16],
+        simulated=False,
+        gpus=gpus,
+    )
 
 
 def switch_host_state(row: AgentHostModel, new: AgentHostState) -> None:

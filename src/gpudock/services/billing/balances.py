@@ -53,6 +53,7 @@ WAITING_TO_RUN = (
     InstanceStatus.CREATING,
     InstanceStatus.STARTING,
     InstanceStatus.MIGRATING,
+    InstanceStatus.UNREACHABLE,  # its host is lost: billed again once it runs there again
 )
 TOPUP_ATTEMPTS = 3
 PRICE_UNITS = {"gpu": "per GPU-hour", "no_gpu": "per hour", "disk": "per GB-day"}

@@ -25,7 +25,7 @@ import secrets
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, object_session
 
 from gpudock.billing.ledger import Posting
@@ -132,7 +132,20 @@ def _open_compute(session: Session, instance: InstanceModel, at: datetime) -> No
     if open_interval(session, instance.id, IntervalKind.COMPUTE) is not None:
         return  # a duplicate delivery: the interval is open already
     unit, rate = rate_for(session, instance.gpu_model, instance.gpu_count, instance.gpu_share_milli)
-    _insert(session, instance, IntervalKind.COMPUTE, at, unit, rate)
+    _insert(session, instance, IntervalKind.COMPUTE, _after_last(session, instance, at), unit, rate)
+
+
+def _after_last(session: Session, instance: InstanceModel, at: datetime) -> datetime:
+    """No two compute intervals of one instance overlap: one opens no earlier than
+    the last one closed. A container that kept running while its host was lost
+    says it started before that interval's close (the last heartbeat)."""
+    last = session.scalar(
+        select(func.max(BillingIntervalModel.closed_at)).where(
+            BillingIntervalModel.instance_id == instance.id,
+            BillingIntervalModel.kind == IntervalKind.COMPUTE.value,
+        )
+    )
+    return at if last is None else max(at, last)
 
 
 def _open_storage(session: Session, instance: InstanceModel, at: datetime) -> None:

@@ -156,6 +156,20 @@ def has_open_fault(session: Session, gpu_id: str, kind: str) -> bool:
     )
 
 
+def held_by_fault(session: Session, gpu_id: str) -> bool:
+    """An open fault (not a mere notice) keeps the GPU out of service."""
+    return (
+        session.scalar(
+            select(GpuFaultModel.id).where(
+                GpuFaultModel.gpu_id == gpu_id,
+                GpuFaultModel.repaired_at.is_(None),
+                GpuFaultModel.action != Action.NOTIFY.value,
+            )
+        )
+        is not None
+    )
+
+
 def _apply(
     session: Session, gpu: GpuDeviceModel, fault: GpuFaultModel, action: Action, at: datetime
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections import defaultdict
@@ -12,6 +13,8 @@ from sqlalchemy.orm import Session, selectinload
 
 from gpudock.billing.money import format_amount
 from gpudock.db.models import (
+    AgentHostModel,
+    AgentHostState,
     GpuAllocationModel,
     GpuDeviceModel,
     GpuShareModel,
@@ -57,10 +60,13 @@ def within_engine(ctx: ServiceContext, hosts: list[HostInfo]) -> list[HostInfo]:
 
 
 def sync_inventory(ctx: ServiceContext, hosts: list[HostInfo]) -> None:
-    """Upsert discovered hosts and GPUs; mark the ones no longer seen absent."""
+    """Upsert discovered hosts and GPUs; mark the ones no longer seen absent.
+    Hosts with agents of their own are theirs to report (`agent_inventory`)."""
     hosts = within_engine(ctx, hosts)
     with ctx.sessions.begin() as session:
-        known = {h.name: h for h in session.scalars(select(HostModel))}
+        known = {
+            h.name: h for h in session.scalars(select(HostModel).where(HostModel.agent.is_(False)))
+        }
         seen_gpus: set[str] = set()
         for info in hosts:
             host = known.get(info.name) or _new_host(ctx, session, info)
@@ -82,7 +88,9 @@ def sync_inventory(ctx: ServiceContext, hosts: list[HostInfo]) -> None:
         seen_hosts = {h.name for h in hosts}
         for name, host in known.items():
             host.present = name in seen_hosts
-        for gpu in session.scalars(select(GpuDeviceModel)):
+        for gpu in session.scalars(
+            select(GpuDeviceModel).join(HostModel).where(HostModel.agent.is_(False))
+        ):
             gpu.present = gpu.id in seen_gpus
 
 
@@ -176,13 +184,21 @@ def list_hosts(ctx: ServiceContext) -> list[HostModel]:
 
 
 def capacity_snapshot(session: Session) -> list[HostCapacity]:
-    """Free CPU, memory and healthy unallocated GPUs per present host.
+    """Free CPU, memory and healthy unallocated GPUs per present host that takes
+    new instances (an agent host that is draining does not), with its labels.
 
     Read as plain columns and sums, not as ORM objects: the placement pass
     takes one per pass, and at thousands of GPUs and instances loading each
     GPU with its allocation and shares cost most of the pass."""
+    closed = select(AgentHostModel.id).where(AgentHostModel.state != AgentHostState.ACTIVE)
+    labels = {
+        host_id: frozenset(json.loads(text).items())
+        for host_id, text in session.execute(select(AgentHostModel.id, AgentHostModel.labels))
+    }
     hosts = session.execute(
-        select(HostModel.id, HostModel.cpus, HostModel.memory_gb).where(HostModel.present.is_(True))
+        select(HostModel.id, HostModel.cpus, HostModel.memory_gb).where(
+            HostModel.present.is_(True), HostModel.id.not_in(closed)
+        )
     ).all()
     used = {
         host_id: (float(cpu or 0), float(memory or 0))
@@ -236,6 +252,7 @@ def capacity_snapshot(session: Session) -> list[HostCapacity]:
                 for slot, usable, milli in gpus[host_id]
                 if usable and milli and WHOLE_MILLI - milli > 0
             ),
+            labels=labels.get(host_id, frozenset()),
         )
         for host_id, cpus, memory in hosts
     ]

@@ -23,6 +23,7 @@ from gpudock.db.models import (
     InstanceStatus,
     MigrationModel,
 )
+from gpudock.errors import RuntimeFailure
 from gpudock.messages import Message
 from gpudock.runtime.base import LABEL_HOST, LABEL_INSTANCE
 from gpudock.services.context import ServiceContext
@@ -90,7 +91,9 @@ def ensure_data_volume(
     it then (`remove_stale_volume`), or garbage collection does after a crash."""
     target = data_volume_on(ctx.cluster_id, instance, host)
     labels = {**containers.instance_labels(ctx.cluster_id, instance), LABEL_HOST: host.name}
-    ctx.runtime.ensure_volume(target, labels, size_gb=instance.disk_gb)
+    containers.runtime_of(ctx, instance, host.id).ensure_volume(
+        target, labels, size_gb=instance.disk_gb
+    )
     if instance.data_volume is None:
         # Its first home: the name is derived from the id, so it is recorded
         # with 'running' (`record_first_home`), one transaction fewer on the way up.
@@ -130,9 +133,10 @@ def remove_stale_volumes(ctx: ServiceContext, instance: InstanceModel) -> None:
     on the host it moved away from, possibly by a move a crash cut short."""
     labels = {**containers.cluster_labels(ctx.cluster_id), LABEL_INSTANCE: instance.id}
     keep = containers.data_volume_of(ctx.cluster_id, instance)
-    for volume in ctx.runtime.list_volumes(labels):
+    runtime = containers.runtime_of(ctx, instance)
+    for volume in runtime.list_volumes(labels):
         if volume.name != keep:
-            ctx.runtime.remove_volume(volume.name)
+            runtime.remove_volume(volume.name)
 
 
 def _copy_data(
@@ -154,8 +158,13 @@ def _copy_data(
         )
         with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, message, ctx.clock()))
 
+    if ctx.runtime_for(instance.data_host_id) is not ctx.runtime_for(host.id):
+        raise RuntimeFailure(
+            f"the data of instance {instance.name} is on another engine than {host.name}'s; "
+            "moving data between agent hosts is not supported yet: start it with --stay"
+        )
     log.info("instance %s: moving data %s → %s", instance.id, instance.data_volume, target)
-    copied = ctx.runtime.copy_volume(
+    copied = containers.runtime_of(ctx, instance, host.id).copy_volume(
         instance.data_volume,
         target,
         image=instance.system_image,

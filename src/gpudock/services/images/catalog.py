@@ -39,7 +39,7 @@ from gpudock.images.catalog import (
     with_size,
 )
 from gpudock.messages import Message, joined
-from gpudock.runtime.base import LABEL_OWNER
+from gpudock.runtime.base import LABEL_OWNER, Runtime
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
 
@@ -378,21 +378,24 @@ def save_instance_image(ctx: ServiceContext, user: UserModel, ref: str, name: st
         if instance is None:
             raise NotFound(f"no instance {ref!r}: `gpudock instances list` shows yours")
         container_id, image, owner = instance.container_id, instance.image, instance.user_id
+        # The image is made on the engine of the instance's host, and stays there.
+        runtime = ctx.runtime_for(instance.host_id)
     if container_id is None:
         raise Conflict(f"instance {ref} has no container yet; save it once it has run")
     repository, _, tag = reference.rpartition(":")
-    ctx.runtime.commit_container(container_id, repository, tag, {LABEL_OWNER: owner})
-    info = ctx.runtime.image_info(reference)
+    runtime.commit_container(container_id, repository, tag, {LABEL_OWNER: owner})
+    info = runtime.image_info(reference)
     spec = derived(find_image(ctx, user, image), reference, name, "save")
     spec = with_size(spec, info.size_bytes if info else 0)
     return register(ctx, user, spec, engine_image_id=info.id if info else None)
 
 
-def install_doctor(ctx: ServiceContext, container_id: str) -> None:
-    """Copy `gpudock-doctor` into a new container. Best effort: an image without
-    /usr/local/bin still runs, just without the doctor."""
+def install_doctor(runtime: Runtime, container_id: str) -> None:
+    """Copy `gpudock-doctor` into a new container (on the instance's host's
+    `runtime`). Best effort: an image without /usr/local/bin still runs, just
+    without the doctor."""
     with contextlib.suppress(RuntimeFailure):
-        ctx.runtime.put_file(container_id, SCRIPT_PATH, doctor_script().encode())
+        runtime.put_file(container_id, SCRIPT_PATH, doctor_script().encode())
 
 
 def compatibility_table(

@@ -21,6 +21,7 @@ from gpudock.db.models import (
     GpuAllocationModel,
     GpuDeviceModel,
     GpuShareModel,
+    HostLossPolicy,
     HostModel,
     InstanceEventModel,
     InstanceModel,
@@ -33,7 +34,7 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
-from gpudock.services.instances import auto_stop, job_command, published, sizing
+from gpudock.services.instances import auto_stop, job_command, labels, published, sizing
 from gpudock.services.instances.auto_stop import AutoStopPolicy
 from gpudock.services.instances.status import (
     S,
@@ -68,6 +69,8 @@ class InstanceRequest:
     auto_stop: AutoStopPolicy | None = None
     services: tuple[tuple[str, int], ...] = ()  # ports to publish (name, port)
     command: str | None = None  # a job's shell command line (see job_command)
+    host_labels: dict[str, str] = field(default_factory=dict)  # a host must carry them all
+    on_host_loss: HostLossPolicy = HostLossPolicy.WAIT
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,8 @@ def create_instance(
                 placed=False,
                 service_token=secrets.token_urlsafe(32),
                 command=command,
+                host_labels=json.dumps(request.host_labels, sort_keys=True),
+                host_loss_policy=request.on_host_loss,
             )
             session.add(instance)
             switch_instance_status(
@@ -163,11 +168,14 @@ def _encode_env(env: dict[str, str]) -> str:
 def _size(ctx: ServiceContext, request: InstanceRequest) -> sizing.Size:
     """The request's sizes, read before the create's transaction: hosts and their
     GPUs are the fleet's configuration, and on SQLite every read inside a write
-    transaction holds the one write lock (a create takes exactly one)."""
+    transaction holds the one write lock (a create takes exactly one). A host
+    must carry the labels it asks for and be able to hold it."""
     with ctx.reader() as session:
         simulated = sizing.simulated_fleet(session)
     ceiling = _cpu_ceiling(ctx) if simulated else None  # an engine call: no session open
     with ctx.reader() as session:
+        models = tuple(m for m in dict.fromkeys((request.gpu_model, *request.gpu_models)) if m)
+        labels.check_host_labels(session, request.host_labels, models, request.gpu_count)
         return sizing.resolve_size(session, ctx.settings, request, ceiling)
 
 

@@ -14,12 +14,23 @@ from gpudock.runtime.base import (
     LABEL_MANAGED,
     LABEL_OWNER,
     ContainerSpec,
+    Runtime,
 )
+from gpudock.runtime.calls import InstanceScope
+from gpudock.services.context import ServiceContext
 from gpudock.services.instances import published, sizing
 from gpudock.services.instances.actions import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
 from gpudock.settings import Settings
 
 DATA_MOUNT = "/root/data"
+
+
+def runtime_of(ctx: ServiceContext, instance: InstanceModel, host_id: str | None = None) -> Runtime:
+    """The runtime of `host_id`, by default the host the instance is (or was
+    last) placed on, each call carrying the instance's placement generation
+    (an agent refuses older ones)."""
+    scope = InstanceScope(instance=instance.id, generation=instance.placement_generation)
+    return ctx.runtime_for(host_id or instance.host_id, scope)
 
 
 def container_name(cluster_id: str, instance_id: str) -> str:

@@ -59,7 +59,8 @@ def start_service(ctx: ServiceContext, user: UserModel, ref: str, name: str) -> 
         "gpudock-service",
         name,
     ]
-    result = ctx.runtime.exec_in_container(instance.container_id, command)
+    runtime = ctx.runtime_for(instance.host_id)  # where its container runs
+    result = runtime.exec_in_container(instance.container_id, command)
     said = result.output.decode(errors="replace").strip().splitlines()
     if result.exit_code == MISSING:
         missing = said[-1] if said else f"{name} is not installed"

@@ -10,6 +10,7 @@ same GPU models (FIFO per model), and the pass reads its requests here
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 from sqlalchemy import select
@@ -57,6 +58,7 @@ def placement_request(instance: InstanceModel) -> PlacementRequest:
         preferred_host=instance.host_id,
         share_milli=instance.gpu_share_milli,
         other_models=frozenset(instance.accepted_models) - {instance.gpu_model or ""},
+        host_labels=frozenset(json.loads(instance.host_labels or "{}").items()),
     )
 
 

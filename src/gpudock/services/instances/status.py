@@ -28,13 +28,17 @@ ALLOWED_TRANSITIONS: dict[InstanceStatus | None, frozenset[InstanceStatus]] = {
     None: frozenset({S.PENDING}),
     S.PENDING: frozenset({S.CREATING, S.STOPPED, S.DELETING, S.FAILED}),
     S.CREATING: frozenset({S.RUNNING, S.STOPPING, S.DELETING, S.FAILED, S.MIGRATING}),
-    S.RUNNING: frozenset({S.STOPPING, S.DELETING, S.CREATING, S.FAILED, S.MIGRATING}),
-    S.STOPPING: frozenset({S.STOPPED, S.STARTING, S.DELETING, S.FAILED}),
+    S.RUNNING: frozenset(
+        {S.STOPPING, S.DELETING, S.CREATING, S.FAILED, S.MIGRATING, S.UNREACHABLE}
+    ),
+    S.STOPPING: frozenset({S.STOPPED, S.STARTING, S.DELETING, S.FAILED, S.UNREACHABLE}),
     S.STOPPED: frozenset({S.STARTING, S.DELETING}),
     S.STARTING: frozenset({S.RUNNING, S.STOPPING, S.STOPPED, S.DELETING, S.FAILED, S.MIGRATING}),
     S.FAILED: frozenset({S.STARTING, S.STOPPED, S.DELETING}),
     # off a failed GPU; placed again → starting, or the user stops/deletes it
     S.MIGRATING: frozenset({S.STARTING, S.STOPPING, S.STOPPED, S.DELETING, S.FAILED}),
+    # its host lost: back to running when the host is, or stopped, deleted or moved meanwhile
+    S.UNREACHABLE: frozenset({S.RUNNING, S.STOPPING, S.DELETING, S.MIGRATING}),
     S.DELETING: frozenset({S.DELETED}),
     S.DELETED: frozenset(),
 }
@@ -127,7 +131,7 @@ def switch_for_request(
         if status in (S.PENDING, S.FAILED) or unplaced:
             instance.placed = False
             switch_instance_status(session, instance, S.STOPPED, reason, now)
-        elif status in (S.RUNNING, S.CREATING, S.STARTING, S.MIGRATING):
+        elif status in (S.RUNNING, S.CREATING, S.STARTING, S.MIGRATING, S.UNREACHABLE):
             switch_instance_status(session, instance, S.STOPPING, reason, now)
         else:
             return False

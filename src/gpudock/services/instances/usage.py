@@ -73,7 +73,7 @@ def instance_usage(
     instance = instances.get_instance(ctx, user, ref)
     if instance.status != InstanceStatus.RUNNING or not instance.container_id:
         return None
-    stats = ctx.runtime.container_stats(instance.container_id)
+    stats = ctx.runtime_for(instance.host_id).container_stats(instance.container_id)
     if stats is None:
         return None
     view = instances.view(ctx, instance)

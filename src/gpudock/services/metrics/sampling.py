@@ -55,6 +55,7 @@ class Target:
     share_milli: int | None
     simulated: bool
     data_volume: str | None
+    host_id: str | None = None  # whose engine (an agent host's, or this server's) runs it
 
 
 @dataclass
@@ -119,6 +120,7 @@ def running_targets(ctx: ServiceContext) -> list[Target]:
                 InstanceModel.gpu_share_milli,
                 InstanceModel.data_volume,
                 HostModel.simulated,
+                InstanceModel.host_id,
             )
             .join(HostModel, HostModel.id == InstanceModel.host_id)
             .where(InstanceModel.status == InstanceStatus.RUNNING)
@@ -132,8 +134,9 @@ def running_targets(ctx: ServiceContext) -> list[Target]:
             share_milli=share_milli,
             simulated=simulated,
             data_volume=data_volume,
+            host_id=host_id,
         )
-        for instance_id, container_id, gpus, share_milli, data_volume, simulated in rows
+        for instance_id, container_id, gpus, share_milli, data_volume, simulated, host_id in rows
         if container_id is not None
     ]
 
@@ -163,7 +166,7 @@ def _container_reading(
     ctx: ServiceContext, state: SamplerState, target: Target
 ) -> ContainerStats | None:
     try:
-        return ctx.runtime.container_stats(target.container_id)
+        return ctx.runtime_for(target.host_id).container_stats(target.container_id)
     except GpudockError as exc:
         state.warn(
             f"stats:{target.instance_id}",
@@ -235,8 +238,9 @@ def _disks(ctx: ServiceContext, state: SamplerState, target: Target) -> _Disks:
     if known is not None and now - known.measured_at < ctx.settings.metrics_disk_interval_s:
         return known
     try:
-        data = ctx.runtime.volume_used_bytes(target.data_volume) if target.data_volume else None
-        system = ctx.runtime.writable_layer_bytes(target.container_id)
+        runtime = ctx.runtime_for(target.host_id)
+        data = runtime.volume_used_bytes(target.data_volume) if target.data_volume else None
+        system = runtime.writable_layer_bytes(target.container_id)
     except GpudockError as exc:
         state.warn(
             f"disks:{target.instance_id}",

@@ -7,8 +7,8 @@ once, each under its own stable id. Nothing here does I/O.
 
 `on_transition()` is the status machine's hook (called by
 `services.instances.status.switch_instance_status()` in the same transaction):
-it tells the owner when an instance moves off a failed GPU and when one that
-waited for GPUs runs.
+it tells the owner when an instance moves off a failed GPU, when its host is
+lost and back, and when one that waited for GPUs runs.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
     DeliveryState,
+    HostLossPolicy,
     InstanceModel,
     InstanceStatus,
     NotificationDeliveryModel,
@@ -39,7 +40,10 @@ KINDS: dict[str, str] = {
     "instance.stopped": "an instance stopped by itself: money, idle, time or its program exited",
     "instance.idle_warning": "an instance stops for being idle soon",
     "instance.gpu_fault": "an instance's GPU failed; it moves to a healthy one",
-    "instance.running": "an instance runs after waiting for GPUs (or after a move)",
+    "instance.host_lost": "an instance's host was lost: it waits for it, unbilled, "
+    "or restarts elsewhere",
+    "instance.running": "an instance runs after waiting for GPUs (or after a move, "
+    "or its host's return)",
     "gpu.available": "a GPU model you watch has free GPUs",
     "image.build_finished": "an image build finished (built or failed)",
 }
@@ -130,6 +134,14 @@ def on_transition(
     if old == new and new in _WAITING and reason.startswith("waiting for"):
         if session.get(QueueWaitModel, instance.id) is None:  # the placement pass's note
             session.add(QueueWaitModel(instance_id=instance.id, since=at, moving=False))
+    elif new == S.UNREACHABLE and old != S.UNREACHABLE:
+        if instance.host_loss_policy is not HostLossPolicy.ELSEWHERE:  # else: told of the restart
+            _tell_host_lost(session, instance, f"{reason}; not billed until it runs again", at)
+    elif new == S.MIGRATING and old == S.UNREACHABLE:
+        _tell_host_lost(session, instance, reason, at)
+    elif new == S.RUNNING and old == S.UNREACHABLE:
+        message = f"instance {instance.name} is running again: its host is back"
+        notify(session, instance.user_id, "instance.running", message, at, instance=instance)
     elif new == S.MIGRATING and old != S.MIGRATING:
         _remember_move(session, instance, at)
         notify(
@@ -148,6 +160,15 @@ def on_transition(
             _tell_running(session, instance, wait, at)
     elif new in _NOT_WAITING:
         session.execute(delete(QueueWaitModel).where(QueueWaitModel.instance_id == instance.id))
+
+
+def _tell_host_lost(session: Session, instance: InstanceModel, what: str, at: datetime) -> None:
+    policy = instance.host_loss_policy.value
+    message = f"instance {instance.name}: {what}"
+    data = {"reason": what, "policy": policy}
+    notify(
+        session, instance.user_id, "instance.host_lost", message, at, instance=instance, data=data
+    )
 
 
 def _remember_move(session: Session, instance: InstanceModel, at: datetime) -> None:

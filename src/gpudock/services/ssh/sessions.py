@@ -27,6 +27,7 @@ from gpudock.messages import Message
 from gpudock.runtime.base import STDERR as STDERR  # re-exported: the gateway
 from gpudock.runtime.base import STDOUT as STDOUT  # reaches runtime types through
 from gpudock.runtime.base import ExecStream as ExecStream  # services only
+from gpudock.runtime.base import Runtime
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import actions as instances
 from gpudock.services.ssh import keys as ssh_keys
@@ -157,15 +158,15 @@ def authorize_web_terminal(ctx: ServiceContext, user: UserModel, ref: str) -> We
 
 
 # -- the container behind an instance, now ----------------------------------------------
-def running_container(ctx: ServiceContext, instance_id: str) -> str:
-    """The id of the container that backs the instance now; InstanceNotRunning
-    (with what to do about it) when there is none."""
+def running_container(ctx: ServiceContext, instance_id: str) -> tuple[Runtime, str]:
+    """The runtime of the instance's host and the id of the container that backs
+    the instance now; InstanceNotRunning (with what to do about it) when there is none."""
     with ctx.sessions() as session:
         instance = session.get(InstanceModel, instance_id)
     if instance is None or instance.status == S.DELETED:
         raise NotFound(f"instance {instance_id} has been deleted")
     if instance.status == S.RUNNING and instance.container_id:
-        return instance.container_id
+        return ctx.runtime_for(instance.host_id), instance.container_id
     raise InstanceNotRunning(not_running_message(instance))
 
 
@@ -201,27 +202,27 @@ def not_running_message(instance: InstanceModel) -> str:
 def open_stream(
     ctx: ServiceContext, instance_id: str, command: list[str], *, tty: bool, env: dict[str, str]
 ) -> ExecStream:
-    container = running_container(ctx, instance_id)
-    return ctx.runtime.open_exec_stream(container, command, tty=tty, env=env)
+    runtime, container = running_container(ctx, instance_id)
+    return runtime.open_exec_stream(container, command, tty=tty, env=env)
 
 
 def resize(ctx: ServiceContext, exec_id: str, width: int, height: int) -> None:
-    ctx.runtime.resize_exec(exec_id, width, height)
+    ctx.runtime_for_exec(exec_id).resize_exec(exec_id, width, height)
 
 
 def exit_code(ctx: ServiceContext, exec_id: str) -> int | None:
-    return ctx.runtime.exec_exit_code(exec_id)
+    return ctx.runtime_for_exec(exec_id).exec_exit_code(exec_id)
 
 
 def signal(ctx: ServiceContext, instance_id: str, marker: str, signal_name: str) -> None:
     """Send SIGNAL_NAME to the session whose environment carries `marker`;
     nothing happens if it has ended or the instance no longer runs."""
     try:
-        container = running_container(ctx, instance_id)
+        runtime, container = running_container(ctx, instance_id)
     except (NotFound, InstanceNotRunning):
         return
     command = ["sh", "-c", _SIGNAL_SCRIPT, SESSION_MARKER_ENV, marker, signal_name]
-    ctx.runtime.exec_in_container(container, command)
+    runtime.exec_in_container(container, command)
 
 
 # -- audit ------------------------------------------------------------------------------

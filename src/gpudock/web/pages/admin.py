@@ -1,7 +1,9 @@
-"""Operator pages (admins only): hosts and GPUs with their tenants; users and their states."""
+"""Operator pages (admins only): hosts and GPUs with their tenants, hosts with
+agents; users and their states."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request, Response
@@ -13,6 +15,8 @@ from gpudock.services.accounts import logins as accounts
 from gpudock.services.accounts import states as user_states
 from gpudock.services.accounts import users
 from gpudock.services.accounts.logins import WebSession
+from gpudock.services.agents import hosts as agent_hosts
+from gpudock.services.agents.hosts import AgentHost
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import inventory
 from gpudock.services.instances import overview
@@ -21,9 +25,25 @@ from gpudock.web.deps import AdminCsrfViewer, AdminViewer, ConsoleRoute, Context
 router = APIRouter(prefix="/admin", route_class=ConsoleRoute, include_in_schema=False)
 
 
+HOST_STATES = {
+    "pending": "waiting for its agent",
+    "active": "active",
+    "draining": "draining",
+    "lost": "lost",
+}
+LINK_STATES = {"up": "link up", "down": "link down", "none": "never linked"}
+
+
 def hosts_values(ctx: ServiceContext) -> dict[str, Any]:
-    """Hosts with their GPUs, and for each allocated GPU its instance and owner."""
+    """Hosts with their GPUs, and for each allocated GPU its instance and owner;
+    the hosts with agents, with their link, agent and labels."""
+    agents = agent_hosts.list_hosts(ctx)
     return {
+        "agents": agents,
+        "agent_gpus": {a.id: _gpu_summary(a) for a in agents},
+        "agent_ids": {a.id for a in agents},
+        "host_states": HOST_STATES,
+        "link_states": LINK_STATES,
         "hosts": inventory.list_hosts(ctx),
         "tenants": overview.gpu_tenants(ctx),
         "gpu_health": True,
@@ -31,6 +51,12 @@ def hosts_values(ctx: ServiceContext) -> dict[str, Any]:
         "fault_error": None,
         "fault_form": {},
     }
+
+
+def _gpu_summary(host: AgentHost) -> str:
+    """'2 × H100-80GB, 1 × A100-80GB' as its agent reports them; '' for none."""
+    models = Counter(gpu.model for gpu in host.gpus)
+    return ", ".join(f"{count} × {model}" for model, count in sorted(models.items()))
 
 
 @router.get("/hosts")

@@ -1,0 +1,155 @@
+"""The server's end of an agent's command session, and the bridge to it from
+the worker threads that call the runtime.
+
+The gateway opens one session (subsystem `gpudock-runtime`) on each link once
+the agent is welcomed. `CommandChannel` writes requests on it and matches the
+answers to their callers by id, so any number of calls are in flight at once
+and each returns when its own answer comes. `ThreadBridge` is the
+`CallTransport` a host's `LinkRuntime` uses: the reconciler and services call
+the runtime from worker threads, so each call (and each exec, `streams.py`) is
+handed to the gateway's event loop (`asyncio.run_coroutine_threadsafe`) and
+waited for with the call's timeout. When the link drops, every call in flight fails with
+`RuntimeUnavailable` at once instead of waiting for its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import asyncssh
+from pydantic import ValidationError
+
+from gpudock.agentgw.streams import ExecChannels
+from gpudock.errors import RuntimeUnavailable
+from gpudock.runtime import calls
+from gpudock.runtime.base import ExecStream
+from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest
+
+log = logging.getLogger(__name__)
+
+
+class CommandChannel:
+    """One command session on one link (used on the gateway's event loop only)."""
+
+    def __init__(
+        self,
+        host_name: str,
+        writer: asyncssh.SSHWriter[bytes],
+        reader: asyncssh.SSHReader[bytes],
+    ) -> None:
+        self.host_name = host_name
+        self._writer = writer
+        self._reader = reader
+        self._pending: dict[int, asyncio.Future[CallResponse]] = {}
+        self._closed: str | None = None
+        self._listening = asyncio.get_running_loop().create_task(self._listen())
+
+    @classmethod
+    async def open(cls, conn: asyncssh.SSHClientConnection, host_name: str) -> CommandChannel:
+        writer, reader, _ = await conn.open_session(subsystem=calls.SUBSYSTEM, encoding=None)
+        return cls(host_name, writer, reader)
+
+    async def request(self, request: CallRequest) -> CallResponse:
+        if self._closed is not None:
+            raise self._down()
+        answer = asyncio.get_running_loop().create_future()
+        self._pending[request.id] = answer
+        try:
+            self._writer.write(request.model_dump_json().encode() + b"\n")
+            await self._writer.drain()
+            response: CallResponse = await answer
+            return response
+        except (asyncssh.Error, OSError) as exc:
+            self._end(f"the link was lost: {exc}")
+            raise self._down() from exc
+        finally:
+            self._pending.pop(request.id, None)
+
+    def close(self) -> None:
+        self._end("the link is closed")
+        self._listening.cancel()
+
+    async def _listen(self) -> None:
+        try:
+            while True:
+                line = await self._reader.readuntil(b"\n")
+                try:
+                    response = CallResponse.model_validate_json(line)
+                except ValidationError as exc:
+                    log.warning("host %s sent a bad answer: %s", self.host_name, exc)
+                    continue
+                answer = self._pending.get(response.id)
+                if answer is not None and not answer.done():
+                    answer.set_result(response)
+        except (asyncio.IncompleteReadError, asyncssh.Error, OSError) as exc:
+            self._end(f"the agent's command session ended ({exc or 'closed'})")
+
+    def _end(self, why: str) -> None:
+        if self._closed is None:
+            self._closed = why
+        for answer in self._pending.values():
+            if not answer.done():
+                answer.set_exception(self._down())
+
+    def _down(self) -> RuntimeUnavailable:
+        return RuntimeUnavailable(
+            f"host {self.host_name}: {self._closed}; whether the agent ran the call is "
+            "unknown, and running it again is safe"
+        )
+
+
+class ThreadBridge:
+    """A `CallTransport` for worker threads, onto the link's event loop."""
+
+    def __init__(
+        self, channel: CommandChannel, execs: ExecChannels, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._channel = channel
+        self._execs = execs
+        self._loop = loop
+
+    def open_exec(self, request: ExecRequest, timeout_s: float) -> ExecStream:
+        self._refuse_on_the_loop()
+        opening = asyncio.run_coroutine_threadsafe(self._execs.open(request, timeout_s), self._loop)
+        try:
+            return opening.result(timeout_s)
+        except TimeoutError as exc:
+            opening.cancel()
+            raise RuntimeUnavailable(
+                f"host {self._channel.host_name}: its agent did not start the exec within "
+                f"{timeout_s:g} s"
+            ) from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise RuntimeUnavailable(
+                f"host {self._channel.host_name}: the exec channel failed: {exc}"
+            ) from exc
+
+    def resize_exec(self, exec_id: str, width: int, height: int) -> None:
+        self._loop.call_soon_threadsafe(self._execs.resize, exec_id, width, height)
+
+    def exec_exit_code(self, exec_id: str) -> int | None:
+        return self._execs.exit_code(exec_id)
+
+    def _refuse_on_the_loop(self) -> None:
+        if _running_loop() is self._loop:
+            raise RuntimeError("a runtime call from the link's own event loop would block it")
+
+    def call(self, request: CallRequest, timeout_s: float) -> CallResponse:
+        self._refuse_on_the_loop()
+        pending = asyncio.run_coroutine_threadsafe(self._channel.request(request), self._loop)
+        try:
+            return pending.result(timeout_s)
+        except TimeoutError as exc:
+            pending.cancel()
+            raise RuntimeUnavailable(
+                f"host {self._channel.host_name}: no answer to {request.method} from its agent "
+                f"within {timeout_s:g} s; whether it ran is unknown, and running it again is safe"
+            ) from exc
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    with contextlib.suppress(RuntimeError):
+        return asyncio.get_running_loop()
+    return None
