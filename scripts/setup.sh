@@ -26,6 +26,18 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# Debian's kubectl (package kubernetes-client) drives the fake Kubernetes API server
+# in tests/support/kube_fake. It is unpacked beside the system rather than installed:
+# another package (e.g. a cloud SDK's kubectl) may already own /usr/bin/kubectl.
+if [ $with_tests = 1 ] && [ ! -x /opt/debian-kubectl/usr/bin/kubectl ]; then
+    echo "==> unpacking Debian's kubernetes-client into /opt/debian-kubectl"
+    deb_dir=$(mktemp -d)
+    download() { (cd "$deb_dir" && chmod 777 . && apt-get download -q kubernetes-client); }
+    download || { apt-get update -q && download; }
+    dpkg -x "$deb_dir"/kubernetes-client_*.deb /opt/debian-kubectl
+    rm -rf "$deb_dir"
+fi
+
 # The engine caps a container's system disk (`--storage-opt size=`) only where its
 # storage driver can: overlay2 over XFS mounted with pquota. When this script
 # starts dockerd and the kernel has XFS quotas, its data root is such a file

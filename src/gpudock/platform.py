@@ -66,6 +66,12 @@ def default_gpu_source(settings: Settings) -> GpuSource:
         from gpudock.gpu.simulated import SimulatedGpuSource
 
         return SimulatedGpuSource(settings.simulate)
+    if settings.runtime == "kubernetes":
+        from gpudock.gpu.kubernetes_nodes import KubernetesNodeSource
+
+        return KubernetesNodeSource.connect(
+            settings.kubeconfig, settings.kubernetes_context, settings.kubernetes_gpu_resource
+        )
     from gpudock.gpu.nvml import NvmlGpuSource
 
     return NvmlGpuSource()
@@ -76,6 +82,24 @@ def default_runtime(settings: Settings) -> Runtime:
         from gpudock.runtime.fake import FakeRuntime
 
         return FakeRuntime()
+    if settings.runtime == "kubernetes":
+        from gpudock.runtime.kubernetes import KubernetesRuntime
+        from gpudock.runtime.kubernetes.manifests import PodOptions
+
+        return KubernetesRuntime(
+            settings.kubeconfig,
+            context=settings.kubernetes_context,
+            timeout_s=min(settings.runtime_call_timeout_s, 60.0),
+            start_timeout_s=settings.kubernetes_start_timeout_s,
+            options=PodOptions(
+                gpu_resource=settings.kubernetes_gpu_resource,
+                storage_class=settings.kubernetes_storage_class,
+                image_pull_policy="Never" if settings.image_pull == "never" else "IfNotPresent",
+                hami=settings.kubernetes_hami,
+            ),
+            default_disk_gb=settings.default_disk_gb,
+            copy_timeout_s=settings.volume_copy_timeout_s,
+        )
     from gpudock.runtime.docker import DockerRuntime
 
     return DockerRuntime(

@@ -43,7 +43,29 @@ class Settings(BaseSettings):
     )
 
     # -- runtime ----------------------------------------------------------
-    runtime: str = Field(default="docker", pattern="^(docker|fake)$")
+    runtime: str = Field(
+        default="docker",
+        pattern="^(docker|fake|kubernetes)$",
+        description="'kubernetes': one cluster is the backend, its GPU nodes the hosts "
+        "(docs/kubernetes.md).",
+    )
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="The cluster's kubeconfig (runtime 'kubernetes'); unset: the service "
+        "account of the pod gpudock runs in.",
+    )
+    kubernetes_context: str | None = None
+    kubernetes_storage_class: str | None = Field(
+        default=None, description="Data volumes' storage class; unset: the cluster's default."
+    )
+    kubernetes_gpu_resource: str = "nvidia.com/gpu"
+    kubernetes_hami: bool = Field(
+        default=False,
+        description="HAMi is installed: a share asks for nvidia.com/gpumem and gpucores.",
+    )
+    kubernetes_start_timeout_s: float = Field(
+        default=300.0, gt=0, description="How long a start waits for its pod to run."
+    )
     docker_host: str | None = Field(
         default=None, description="Docker Engine URL; default is the local socket."
     )

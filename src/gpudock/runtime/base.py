@@ -32,6 +32,22 @@ LABEL_OWNER = "gpudock.user"
 LABEL_BUILD = "gpudock.build"  # a build step's container (see runtime.build)
 LABEL_CHECK = "gpudock.check"  # a `run_once` container; the value: its time limit in seconds
 
+# The sandbox every runtime gives an instance. Capabilities: enough to install
+# packages and run services as other users inside the instance; everything that
+# reaches the host or the network stack (NET_RAW, MKNOD, SYS_ADMIN, SYS_CHROOT,
+# SETFCAP, AUDIT_WRITE, ...) stays dropped.
+ALLOWED_CAPABILITIES = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "NET_BIND_SERVICE",
+)
+MAX_SHM_MB = 16 * 1024
+
 
 class ImageNotFound(RuntimeFailure):
     code = "image_not_found"
@@ -83,6 +99,15 @@ class ContainerSpec:
     # A job's shell command line: the container's main process, `/bin/sh -c` it
     # (the arguments of the image's entry point, if it has one); None: keep-alive.
     command: str | None = None
+    # A share of one GPU (`gpu_uuids` holds that one): its milli-GPU and its part
+    # of the card's memory, for runtimes that ask a device plugin for it (HAMi).
+    share_milli: int | None = None
+    share_memory_mb: int = 0
+
+
+def shm_size_mb(spec: ContainerSpec) -> int:
+    """The memory-backed /dev/shm an instance gets: half its memory, at most 16 GiB."""
+    return min(spec.memory_mb // 2, MAX_SHM_MB)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ the only place gpudock imports docker-py.
 - `translate`: the engine's answers as gpudock types, its errors as gpudock errors.
 """
 
-from gpudock.runtime.docker.containers import ALLOWED_CAPABILITIES
+from gpudock.runtime.base import ALLOWED_CAPABILITIES
 from gpudock.runtime.docker.engine import DockerRuntime
 
 __all__ = ["ALLOWED_CAPABILITIES", "DockerRuntime"]

@@ -16,11 +16,13 @@ import docker.errors
 from docker.types import DeviceRequest
 
 from gpudock.runtime.base import (
+    ALLOWED_CAPABILITIES,
     LABEL_MANAGED,
     ContainerSpec,
     ContainerState,
     ContainerStats,
     ExecResult,
+    shm_size_mb,
 )
 from gpudock.runtime.docker.translate import (
     label_filter,
@@ -31,23 +33,9 @@ from gpudock.runtime.docker.translate import (
     translated,
 )
 
-# Enough to install packages and run services as other users inside the
-# instance; everything that reaches the host or the network stack (NET_RAW,
-# MKNOD, SYS_ADMIN, SYS_CHROOT, SETFCAP, AUDIT_WRITE, ...) stays dropped.
-ALLOWED_CAPABILITIES = (
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "SETGID",
-    "SETUID",
-    "NET_BIND_SERVICE",
-)
 KEEPALIVE_COMMAND = ["sleep", "infinity"]
 JOB_SHELL = ["/bin/sh", "-c"]
 BASE_PROBE_IMAGE = "gpudock/base:bookworm"  # any image will do: the probe is never started
-MAX_SHM_MB = 16 * 1024
 CONFLICT = 409
 
 
@@ -80,7 +68,7 @@ def host_config_arguments(spec: ContainerSpec, engine_cpus: int, cap_disk: bool)
         "pids_limit": spec.pids_limit,
         "mem_limit": f"{spec.memory_mb}m",
         "memswap_limit": f"{spec.memory_mb}m",
-        "shm_size": f"{min(spec.memory_mb // 2, MAX_SHM_MB)}m",
+        "shm_size": f"{shm_size_mb(spec)}m",
         "nano_cpus": int(min(spec.cpus, engine_cpus) * 1e9),
         "binds": {spec.volume_name: {"bind": spec.volume_mount, "mode": "rw"}},
     }

@@ -18,6 +18,7 @@ import docker
 
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime.base import (
+    ALLOWED_CAPABILITIES,
     LABEL_MANAGED,
     BuildJob,
     BuildLimits,
@@ -38,11 +39,7 @@ from gpudock.runtime.build import plan as build_plan
 from gpudock.runtime.build.context import BuildContext
 from gpudock.runtime.docker import checks
 from gpudock.runtime.docker.build import DockerBuilder
-from gpudock.runtime.docker.containers import (
-    ALLOWED_CAPABILITIES,
-    DockerContainers,
-    container_of_pid,
-)
+from gpudock.runtime.docker.containers import DockerContainers, container_of_pid
 from gpudock.runtime.docker.exec import ExecStreams, engine_is_local
 from gpudock.runtime.docker.images import DockerImages
 from gpudock.runtime.docker.networks import DockerNetworks, HostFirewall, is_tenant_network

@@ -168,4 +168,6 @@ def build_spec(
         network=network_name(cluster_id, instance.user_id),
         network_labels=network_labels(cluster_id, instance.user_id),
         command=instance.command,
+        share_milli=share,
+        share_memory_mb=sizing.share_memory_mb(gpu_memory_mb, share) if share is not None else 0,
     )

@@ -1,0 +1,314 @@
+"""Instance containers as pods, and the create/start split of the `Runtime`
+contract mapped onto them:
+
+- create records the pod's manifest in a ConfigMap of the same name in the
+  tenant's namespace: that record is the "container" that exists while no
+  pod runs (created, or stopped). A record made for another spec (other GPUs,
+  another node) is replaced while no pod runs: on Kubernetes there is no
+  writable layer to carry over, so nothing is committed;
+- start creates the pod from the record and waits (a watch, bounded by the
+  start timeout) until its container runs; an image that cannot be pulled or
+  a pod the kubelet refused is a `RuntimeFailure` with the kubelet's reason;
+- stop deletes the pod with the grace period as its termination grace, waits
+  until it is gone and notes on the record when it ended;
+- remove deletes the pod at once and the record.
+
+Ids are `<namespace>/<name>`; a bare name (as the reconciler passes) is found
+across namespaces by a field selector on `metadata.name`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+
+from kubernetes.client.exceptions import ApiException
+
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
+from gpudock.runtime.base import LABEL_GPUS, LABEL_MANAGED, ContainerSpec, ContainerState
+from gpudock.runtime.kubernetes import manifests
+from gpudock.runtime.kubernetes.api import Exists, KubeApi, Missing, Obj, expired, translated
+from gpudock.runtime.kubernetes.tenants import KubeTenants, has_labels, selector
+
+# Waiting reasons after which the pod will not run without a change of spec.
+FATAL_WAITING = {
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+}
+REMOVAL_GRACE_S = 30.0  # beyond the termination grace, for the kubelet to report
+
+
+class KubePods:
+    def __init__(
+        self,
+        api: KubeApi,
+        tenants: KubeTenants,
+        options: manifests.PodOptions,
+        start_timeout_s: float,
+    ) -> None:
+        self._api, self._tenants, self._options = api, tenants, options
+        self._start_timeout_s = start_timeout_s
+
+    # -- finding -----------------------------------------------------------
+    def locate(self, name_or_id: str) -> tuple[str, str] | None:
+        """(namespace, name) of the record or pod, or None."""
+        if "/" in name_or_id:
+            namespace, _, name = name_or_id.partition("/")
+            return namespace, name
+        name = manifests.kube_name(name_or_id)
+        wanted = {
+            "field_selector": f"metadata.name={name}",
+            "label_selector": f"{LABEL_MANAGED}=true",
+        }
+        core = self._api.core
+        for listing in (core.list_config_map_for_all_namespaces, core.list_pod_for_all_namespaces):
+            items = self._api.call(listing, **wanted).get("items") or []
+            if items:
+                return str(items[0]["metadata"]["namespace"]), name
+        return None
+
+    def _record(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._api.call(self._api.core.read_namespaced_config_map, name, namespace)
+        except Missing:
+            return None
+
+    def _pod(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._api.call(self._api.core.read_namespaced_pod, name, namespace)
+        except Missing:
+            return None
+
+    # -- the contract ------------------------------------------------------
+    def create(self, spec: ContainerSpec) -> ContainerState:
+        pod = manifests.pod(spec, self._options)
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if spec.network:
+            self._tenants.ensure(spec.network, spec.network_labels)
+        else:
+            self._tenants.ensure_for(spec.labels)
+        record = manifests.recorded(pod, spec.labels)
+        core = self._api.core
+        with translated(f"create container {spec.name}"):
+            try:
+                made = self._api.call(core.create_namespaced_config_map, namespace, record)
+            except Exists:
+                running = self._pod(namespace, name)
+                if running is not None and _same_placement(running, pod):
+                    return manifests.state_of_pod(running)  # an earlier attempt started it
+                if running is not None:  # made for other GPUs or another node: no layer to keep
+                    self._delete_pod(namespace, name, grace_s=0)
+                    self._wait_gone(namespace, name, running, REMOVAL_GRACE_S)
+                made = self._api.call(core.replace_namespaced_config_map, name, namespace, record)
+        return manifests.state_of_record(made)
+
+    def start(self, container_id: str) -> ContainerState:
+        with translated(f"start container {container_id}"):
+            namespace, name = self._located(container_id)
+            record = self._record(namespace, name)
+            if record is None:
+                raise RuntimeFailure(f"no such container: {container_id}")
+            pod = self._pod(namespace, name)
+            if pod is not None and _ended(pod):  # it makes way for the new one
+                self._delete_pod(namespace, name, grace_s=0)
+                self._wait_gone(namespace, name, pod, REMOVAL_GRACE_S)
+                pod = None
+            if pod is None:
+                manifest = json.loads(record["data"][manifests.MANIFEST_KEY])
+                try:
+                    pod = self._api.call(self._api.core.create_namespaced_pod, namespace, manifest)
+                except Exists:
+                    pod = self._pod(namespace, name) or manifest
+            # A pod still pending (an image pull) is waited for again, not made anew.
+            return self._wait_running(namespace, name, pod)
+
+    def stop(self, container_id: str, timeout_s: int) -> ContainerState | None:
+        with translated(f"stop container {container_id}"):
+            located = self.locate(container_id)
+            if located is None:
+                return None
+            namespace, name = located
+            pod = self._pod(namespace, name)
+            record = self._record(namespace, name)
+            if pod is None:
+                return None if record is None else manifests.state_of_record(record)
+            self._delete_pod(namespace, name, grace_s=timeout_s)
+            last = self._wait_gone(namespace, name, pod, timeout_s + REMOVAL_GRACE_S)
+            ended = manifests.state_of_pod(last).finished_at
+            finished = ended.strftime("%Y-%m-%dT%H:%M:%SZ") if ended else manifests.now_rfc3339()
+            if record is None:
+                return manifests.state_of_pod(last)
+            patch = {"metadata": {"annotations": {manifests.ANNOTATION_FINISHED: finished}}}
+            noted = self._api.call(
+                self._api.core.patch_namespaced_config_map, name, namespace, patch
+            )
+        return manifests.state_of_record(noted)
+
+    def remove(self, container_id: str) -> None:
+        with translated(f"remove container {container_id}"):
+            located = self.locate(container_id)
+            if located is None:
+                return
+            namespace, name = located
+            self._delete_pod(namespace, name, grace_s=0)
+            with contextlib.suppress(Missing):
+                self._api.call(self._api.core.delete_namespaced_config_map, name, namespace)
+
+    def inspect(self, name_or_id: str) -> ContainerState | None:
+        with translated(f"inspect container {name_or_id}"):
+            located = self.locate(name_or_id)
+            if located is None:
+                return None
+            pod = self._pod(*located)
+            if pod is not None:
+                return manifests.state_of_pod(pod)
+            record = self._record(*located)
+        return None if record is None else manifests.state_of_record(record)
+
+    def with_labels(self, labels: dict[str, str]) -> list[ContainerState]:
+        core, wanted = self._api.core, selector(labels)
+        with translated("list containers"):
+            records = self._api.call(core.list_config_map_for_all_namespaces, label_selector=wanted)
+            pods = self._api.call(core.list_pod_for_all_namespaces, label_selector=wanted)
+        states = {
+            (r["metadata"]["namespace"], r["metadata"]["name"]): manifests.state_of_record(r)
+            for r in records.get("items") or []
+        }
+        for pod in pods.get("items") or []:
+            states[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = (
+                manifests.state_of_pod(pod)
+            )
+        return [s for s in states.values() if has_labels(s.labels, labels)]
+
+    def run_to_end(self, manifest: Obj, timeout_s: float) -> Obj:
+        """Create the pod (a leftover of the same name goes first) and return it
+        once it has ended or `timeout_s` has passed; the caller removes it."""
+        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        left = self._pod(namespace, name)
+        if left is not None:
+            self._delete_pod(namespace, name, grace_s=0)
+            self._wait_gone(namespace, name, left, REMOVAL_GRACE_S)
+        pod = self._api.call(self._api.core.create_namespaced_pod, namespace, manifest)
+        for seen in self._events(namespace, name, pod, timeout_s):
+            if seen is None:
+                break
+            pod = seen
+            if _ended(seen) or _refusal(seen) is not None:
+                break
+        return pod
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        self._delete_pod(namespace, name, grace_s=0)
+
+    # -- helpers -----------------------------------------------------------
+    def _located(self, container_id: str) -> tuple[str, str]:
+        located = self.locate(container_id)
+        if located is None:
+            raise RuntimeFailure(f"no such container: {container_id}")
+        return located
+
+    def _delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
+        with contextlib.suppress(Missing):
+            self._api.call(
+                self._api.core.delete_namespaced_pod,
+                name,
+                namespace,
+                grace_period_seconds=grace_s,
+            )
+
+    def _events(
+        self, namespace: str, name: str, since: Obj, timeout_s: float
+    ) -> Iterator[Obj | None]:
+        """The pod as it changes (None once deleted), from the version `since`
+        was read at, until `timeout_s` passes; a too-old version reads it afresh."""
+        deadline = time.monotonic() + timeout_s
+        version = str((since.get("metadata") or {}).get("resourceVersion") or "")
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                for kind, obj in self._api.watch(
+                    self._api.core.list_namespaced_pod,
+                    namespace,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=version,
+                    timeout_s=left,
+                ):
+                    version = str(obj.get("metadata", {}).get("resourceVersion") or version)
+                    yield None if kind == "DELETED" else obj
+                    if time.monotonic() > deadline:
+                        return
+            except ApiException as exc:
+                if not expired(exc):
+                    raise
+                current = self._pod(namespace, name)
+                yield current
+                version = str((current or {}).get("metadata", {}).get("resourceVersion") or "")
+
+    def _wait_gone(self, namespace: str, name: str, pod: Obj, timeout_s: float) -> Obj:
+        """The pod's last state once it has gone; `RuntimeUnavailable` if it is
+        still terminating after `timeout_s` (the caller's next pass retries)."""
+        last = pod
+        if self._pod(namespace, name) is None:
+            return last
+        for seen in self._events(namespace, name, pod, timeout_s):
+            if seen is None:
+                return last
+            last = seen
+        raise RuntimeUnavailable(f"pod {namespace}/{name} is still terminating")
+
+    def _wait_running(self, namespace: str, name: str, pod: Obj) -> ContainerState:
+        if manifests.state_of_pod(pod).running:
+            return manifests.state_of_pod(pod)
+        reason = "Pending"
+        for seen in self._events(namespace, name, pod, self._start_timeout_s):
+            if seen is None:
+                raise RuntimeFailure(f"pod {namespace}/{name} was deleted while starting")
+            state = manifests.state_of_pod(seen)
+            if state.running or state.status == "exited":  # a job may end at once
+                return state
+            refused = _refusal(seen)
+            if refused is not None:
+                raise RuntimeFailure(f"pod {namespace}/{name} did not start: {refused}")
+            reason = _waiting_reason(seen) or reason
+        raise RuntimeUnavailable(
+            f"pod {namespace}/{name} is not running after {self._start_timeout_s:g} s ({reason})"
+        )
+
+
+def _ended(pod: Obj) -> bool:
+    """It will not run again: its container ended, the kubelet refused it, or it is going."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed") or bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _same_placement(found: Obj, wanted: Obj) -> bool:
+    def placement(pod: Obj) -> tuple[str, str]:
+        labels = manifests.gpudock_labels(pod["metadata"])
+        return str(pod["spec"].get("nodeName", "")), labels.get(LABEL_GPUS, "")
+
+    return placement(found) == placement(wanted)
+
+
+def _waiting_reason(pod: Obj) -> str | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting")
+        if waiting:
+            return f"{waiting.get('reason')}: {waiting.get('message', '')}".rstrip(": ")
+    return None
+
+
+def _refusal(pod: Obj) -> str | None:
+    """Why the pod will not run, or None while it may still."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Failed", "Succeeded"):  # refused before any container ran
+        return f"{status.get('reason', status['phase'])}: {status.get('message', '')}".rstrip(": ")
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return None

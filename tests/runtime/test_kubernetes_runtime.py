@@ -1,0 +1,357 @@
+"""The Kubernetes runtime against the fake cluster, whose kubelet runs pods as
+real containers: an instance's lifecycle through the server's own path
+(services and reconciler), its data across a stop, garbage collection by
+label, and the API's errors in gpudock's terms."""
+
+from __future__ import annotations
+
+import select as io_select
+import socket
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import docker
+import pytest
+from sqlalchemy import select
+
+from gpudock.db.models import GpuDeviceModel, GpuState, HostModel, InstanceModel, InstanceStatus
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
+from gpudock.platform import Platform, default_runtime, open_platform
+from gpudock.reconcile import gpu_health
+from gpudock.reconcile.garbage import collect_garbage
+from gpudock.runtime.base import ContainerSpec
+from gpudock.runtime.kubernetes import KubernetesRuntime
+from gpudock.services.accounts import users
+from gpudock.services.fleet import inventory
+from gpudock.services.instances import actions as instances
+from gpudock.services.instances import container_spec as containers
+from gpudock.services.instances.actions import InstanceRequest
+from gpudock.settings import Settings
+from tests.support.kube_fake import TEST_IMAGE, FakeKubeCluster, tag_test_image
+from tests.support.sshgw import wait_for
+
+pytestmark = pytest.mark.docker
+DEADLINE_S = 90.0  # a pod start is a container start on a loaded machine
+
+
+@pytest.fixture
+def cluster(engine: docker.DockerClient) -> Iterator[FakeKubeCluster]:
+    tag_test_image(engine.api)
+    with FakeKubeCluster(engine.api) as made:
+        made.add_node("gpu-a", gpus=2, product="NVIDIA-A100-SXM4-80GB", hami_memory_mb=81920)
+        yield made
+
+
+@pytest.fixture
+def kube(cluster: FakeKubeCluster, tmp_path: Path) -> Iterator[Platform]:
+    """A platform whose runtime and GPU inventory are the fake cluster, HAMi on."""
+    kubeconfig = cluster.kubeconfig(tmp_path)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        runtime="kubernetes",
+        kubeconfig=kubeconfig,
+        kubernetes_start_timeout_s=DEADLINE_S,
+        kubernetes_hami=True,
+        volume_copy_timeout_s=DEADLINE_S,
+        image_pull="missing",
+    )
+    platform = open_platform(settings, runtime=default_runtime(settings))
+    yield platform
+    platform.close()
+
+
+def drain_until(platform: Platform, instance_id: str, status: InstanceStatus) -> InstanceModel:
+    def reached() -> InstanceModel | None:
+        platform.reconciler.drain()
+        with platform.ctx.sessions() as session:
+            found = session.get(InstanceModel, instance_id)
+            assert found is None or found.status != InstanceStatus.FAILED, found.status_reason
+            return found if found is not None and found.status == status else None
+
+    return wait_for(reached, f"instance {instance_id} to be {status.value}", DEADLINE_S)
+
+
+def test_lifecycle_pod_on_the_placed_node_and_data_across_a_stop(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    ctx = kube.ctx
+    alice = users.create_user(ctx, "alice").user
+    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="train", image=TEST_IMAGE)
+    created = instances.create_instance(ctx, alice, request)
+    row = drain_until(kube, created.id, InstanceStatus.RUNNING)
+    with ctx.sessions() as session:
+        host = session.get(HostModel, row.host_id)
+        assert host is not None and host.name == "gpu-a"
+    namespace = f"gpudock-{ctx.cluster_id}-u-{alice.id}"
+    name = containers.container_name(ctx.cluster_id, created.id)
+    [pod] = cluster.objects("Pod", namespace)
+    assert pod["metadata"]["name"] == name and pod["spec"]["nodeName"] == "gpu-a"
+    assert pod["status"]["phase"] == "Running"
+    assert pod["metadata"]["labels"]["gpudock.instance"] == created.id
+    assert pod["metadata"]["labels"]["gpudock.cluster"] == ctx.cluster_id
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "1"
+    [policy] = cluster.objects("NetworkPolicy", namespace)
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    [claim] = cluster.objects("PersistentVolumeClaim", namespace)
+    assert claim["spec"]["resources"]["requests"]["storage"] == f"{row.disk_gb}Gi"
+    cluster.exec(namespace, name, ["sh", "-c", "echo kept > /root/data/f && touch /root/sys"])
+
+    instances.stop_instance(ctx, alice, created.id)
+    drain_until(kube, created.id, InstanceStatus.STOPPED)
+    assert cluster.objects("Pod", namespace) == []
+    assert len(cluster.objects("PersistentVolumeClaim", namespace)) == 1
+
+    instances.start_instance(ctx, alice, created.id)
+    drain_until(kube, created.id, InstanceStatus.RUNNING)
+    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "kept\n"
+    listing = cluster.exec(namespace, name, ["ls", "/root"]).split()
+    assert "sys" not in listing  # the system disk does not survive a stop on Kubernetes
+
+    instances.delete_instance(ctx, alice, created.id)
+    drain_until(kube, created.id, InstanceStatus.DELETED)
+    for kind in ("Pod", "PersistentVolumeClaim", "ConfigMap"):
+        assert cluster.objects(kind, namespace) == [], kind
+
+
+def test_a_share_asks_hami_for_its_memory_and_cores_and_keeps_them_in_etc_environment(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    ctx = kube.ctx
+    bob = users.create_user(ctx, "bob").user
+    request = InstanceRequest(
+        gpu_model="A100-80GB",
+        gpu_count=1,
+        gpu_share=Decimal("0.25"),
+        name="part",
+        image=TEST_IMAGE,
+    )
+    created = instances.create_instance(ctx, bob, request)
+    drain_until(kube, created.id, InstanceStatus.RUNNING)
+    namespace = f"gpudock-{ctx.cluster_id}-u-{bob.id}"
+    [pod] = cluster.objects("Pod", namespace)
+    container = pod["spec"]["containers"][0]
+    limits = container["resources"]["limits"]
+    assert (limits["nvidia.com/gpu"], limits["nvidia.com/gpumem"]) == ("1", "20480")
+    assert limits["nvidia.com/gpucores"] == "25"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["CUDA_DEVICE_MEMORY_LIMIT"] == "20480m" and env["CUDA_DEVICE_SM_LIMIT"] == "25"
+    etc_environment = cluster.exec(namespace, pod["metadata"]["name"], ["cat", "/etc/environment"])
+    assert 'CUDA_DEVICE_MEMORY_LIMIT="20480m"' in etc_environment
+    assert 'CUDA_DEVICE_SM_LIMIT="25"' in etc_environment
+
+
+def _orphan_spec(platform: Platform, instance_id: str) -> ContainerSpec:
+    labels = {
+        **containers.cluster_labels(platform.ctx.cluster_id),
+        "gpudock.instance": instance_id,
+        "gpudock.user": "ghost",
+        "gpudock.host": "gpu-a",
+    }
+    return ContainerSpec(
+        name=containers.container_name(platform.ctx.cluster_id, instance_id),
+        hostname="ghost",
+        image=TEST_IMAGE,
+        labels=labels,
+        env={"NVIDIA_VISIBLE_DEVICES": "void"},
+        gpu_uuids=(),
+        real_gpus=True,
+        cpus=1,
+        memory_mb=256,
+        pids_limit=256,
+        volume_name=containers.volume_name(platform.ctx.cluster_id, instance_id),
+    )
+
+
+def test_garbage_collection_by_label_removes_what_no_instance_owns(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-00000ghost")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    runtime.start_container(runtime.create_container(spec).id)
+    labels = containers.cluster_labels(kube.ctx.cluster_id)
+    assert [c.name for c in runtime.list_containers(labels)] == [spec.name]
+    assert [v.name for v in runtime.list_volumes(labels)] == [spec.volume_name]
+
+    assert collect_garbage(kube.ctx) >= 2
+    assert runtime.list_containers(labels) == [] and runtime.list_volumes(labels) == []
+    assert cluster.objects("ConfigMap") == [] and cluster.objects("PersistentVolumeClaim") == []
+
+
+def test_what_cannot_run_is_a_runtime_failure_with_the_kubelets_reason(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    runtime = kube.ctx.runtime
+    missing = _orphan_spec(kube, "i-0000noimage")
+    missing = ContainerSpec(**{**missing.__dict__, "image": "localhost/kfake-absent:1"})
+    runtime.ensure_volume(missing.volume_name, missing.labels, 1)
+    with pytest.raises(RuntimeFailure, match="ErrImageNeverPull"):
+        runtime.start_container(runtime.create_container(missing).id)
+
+    greedy = _orphan_spec(kube, "i-00000greedy")
+    greedy = ContainerSpec(**{**greedy.__dict__, "gpu_uuids": ("a", "b", "c")})
+    runtime.ensure_volume(greedy.volume_name, greedy.labels, 1)
+    with pytest.raises(RuntimeFailure, match=r"OutOfnvidia\.com/gpu"):
+        runtime.start_container(runtime.create_container(greedy).id)
+    assert runtime.stop_container(greedy.name, 1) is not None  # the record stays
+    runtime.remove_container(greedy.name)
+    assert runtime.inspect_container(greedy.name) is None
+    assert runtime.stop_container(greedy.name, 1) is None
+
+
+def test_an_unreachable_api_is_runtime_unavailable(tmp_path: Path) -> None:
+    with FakeKubeCluster() as gone:
+        kubeconfig = gone.kubeconfig(tmp_path)
+    runtime = KubernetesRuntime(kubeconfig, timeout_s=5)
+    with pytest.raises(RuntimeUnavailable, match="unreachable"):
+        runtime.list_containers({"gpudock.managed": "true"})
+    with pytest.raises(RuntimeUnavailable):
+        runtime.engine_info()
+
+
+def test_a_node_that_goes_not_ready_takes_its_gpus_out_of_service(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    def states() -> set[GpuState]:
+        with kube.ctx.sessions() as session:
+            return {gpu.state for gpu in session.scalars(select(GpuDeviceModel))}
+
+    gpu_health.health_pass(kube.ctx, gpu_health.HealthWatch())
+    assert states() == {GpuState.HEALTHY}
+    cluster.set_node_ready("gpu-a", False)
+    gpu_health.health_pass(kube.ctx, gpu_health.HealthWatch())
+    assert GpuState.HEALTHY not in states()
+
+
+def _read_to_end(sock: socket.socket, deadline: float) -> bytes:
+    data = b""
+    while time.monotonic() < deadline:
+        readable, _, _ = io_select.select([sock], [], [], deadline - time.monotonic())
+        if not readable:
+            break
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(f"no end of output; read {data!r}")
+
+
+def test_a_session_is_pod_exec_over_websocket(kube: Platform, cluster: FakeKubeCluster) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-000session")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    state = runtime.start_container(runtime.create_container(spec).id)
+    script = 'read line; echo "got $line as $WHO"; echo oops >&2; exit 3'
+    session = runtime.open_exec_stream(
+        state.id, ["sh", "-c", script], tty=False, env={"WHO": "alice"}
+    )
+    assert session.err_sock is not None
+    session.sock.sendall(b"hello\n")
+    session.sock.shutdown(socket.SHUT_WR)
+    deadline = time.monotonic() + DEADLINE_S
+    assert _read_to_end(session.sock, deadline) == b"got hello as alice\n"
+    assert _read_to_end(session.err_sock, deadline) == b"oops\n"
+    assert wait_for(lambda: runtime.exec_exit_code(session.exec_id), "the exit code") == 3
+    paths = {p.partition("?")[0] for _, p in cluster.api.requests}
+    assert not any(p.endswith("/exec") for p in paths)  # a WebSocket, not a REST call
+    session.sock.close()
+    session.err_sock.close()
+
+
+def test_commands_and_files_go_into_a_pod_through_exec(kube: Platform) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-0000putfile")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    state = runtime.start_container(runtime.create_container(spec).id)
+    runtime.put_file(state.id, "/usr/local/lib/gpudock/tool.sh", b"#!/bin/sh\necho tool ran\n")
+    ran = runtime.exec_in_container(spec.name, ["/usr/local/lib/gpudock/tool.sh"])
+    assert (ran.exit_code, ran.output) == (0, b"tool ran\n")
+    failed = runtime.exec_in_container(spec.name, ["sh", "-c", "echo no >&2; exit 4"])
+    assert (failed.exit_code, failed.output) == (4, b"no\n")
+
+
+def test_port_socket_reaches_the_pods_loopback_through_port_forward(kube: Platform) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-00000ports")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    state = runtime.start_container(runtime.create_container(spec).id)
+    server = (
+        "import socket\n"
+        "s = socket.create_server(('127.0.0.1', 8123))\n"
+        "c, _ = s.accept()\n"
+        "c.sendall(b'pong:' + c.recv(10))\n"
+    )
+    runtime.put_file(state.id, "/root/echo.py", server.encode())
+    session = runtime.open_exec_stream(state.id, ["python3", "/root/echo.py"], tty=False, env={})
+
+    def exchange() -> bytes | None:
+        made = runtime.port_socket(state.id, 8123)
+        with made.sock:
+            made.sock.settimeout(10)
+            made.sock.connect(made.address)
+            made.sock.sendall(b"ping")
+            answer = made.sock.recv(100)
+        return answer or None  # empty: the server was not listening yet
+
+    assert wait_for(exchange, "an answer through port-forward", DEADLINE_S) == b"pong:ping"
+    assert wait_for(lambda: runtime.exec_exit_code(session.exec_id) == 0, "the server to end")
+    session.sock.close()
+
+
+def test_a_data_volume_is_copied_by_a_helper_pod_mounting_both_claims(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    runtime = kube.ctx.runtime
+    spec = _orphan_spec(kube, "i-000000copy")
+    runtime.ensure_volume(spec.volume_name, spec.labels, 1)
+    state = runtime.start_container(runtime.create_container(spec).id)
+    runtime.put_file(state.id, "/root/data/model/weights.bin", b"w" * 100_000, 0o640)
+    target = f"{spec.volume_name}-elsewhere"
+    runtime.ensure_volume(target, spec.labels, 1)
+    copied = runtime.copy_volume(
+        spec.volume_name,
+        target,
+        image=TEST_IMAGE,
+        helper_name=f"{spec.name}-move",
+        labels=spec.labels,
+    )
+    assert copied >= 100_000
+    assert [p for p in cluster.objects("Pod") if p["metadata"]["name"].endswith("-move")] == []
+    moved = ContainerSpec(**{**spec.__dict__, "name": f"{spec.name}-b", "volume_name": target})
+    there = runtime.start_container(runtime.create_container(moved).id)
+    listing = runtime.exec_in_container(
+        there.id, ["stat", "-c", "%s %a", "/root/data/model/weights.bin"]
+    )
+    assert listing.output == b"100000 640\n"
+
+
+def test_an_instance_on_a_lost_node_moves_to_another_with_its_data(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    ctx = kube.ctx
+    carol = users.create_user(ctx, "carol").user
+    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="mover", image=TEST_IMAGE)
+    created = instances.create_instance(ctx, carol, request)
+    drain_until(kube, created.id, InstanceStatus.RUNNING)
+    namespace = f"gpudock-{ctx.cluster_id}-u-{carol.id}"
+    name = containers.container_name(ctx.cluster_id, created.id)
+    cluster.exec(namespace, name, ["sh", "-c", "echo travels > /root/data/f"])
+    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
+    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
+    cluster.set_node_ready("gpu-a", False)
+    gpu_health.health_pass(ctx, gpu_health.HealthWatch())
+
+    def on_b() -> dict[str, object] | None:
+        kube.reconciler.drain()
+        pods = cluster.objects("Pod", namespace)
+        running = [p for p in pods if p["metadata"]["name"] == name]
+        if running and running[0]["spec"]["nodeName"] == "gpu-b":
+            return running[0] if running[0]["status"].get("phase") == "Running" else None
+        return None
+
+    wait_for(on_b, "the instance's pod on gpu-b", DEADLINE_S)
+    drain_until(kube, created.id, InstanceStatus.RUNNING)
+    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "travels\n"
