@@ -12,6 +12,8 @@ from limits import parse_many
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpudock.scheduler.names import DEFAULT_POLICY, POLICY_NAMES, unknown_policy
+
 DEFAULT_IMAGE = "gpudock/base:bookworm"
 
 
@@ -158,6 +160,12 @@ class Settings(BaseSettings):
         ge=0,
         description="How long later, smaller requests may overtake a waiting one; after "
         "that it holds the host closest to fitting it until it runs.",
+    )
+    placement_policy: str = Field(
+        default=DEFAULT_POLICY,
+        description="How the placement pass chooses hosts and GPUs: one of "
+        + ", ".join(POLICY_NAMES)
+        + " (docs/scheduler.md).",
     )
     health_check_interval_s: float = Field(default=10.0, gt=0)
 
@@ -444,6 +452,13 @@ class Settings(BaseSettings):
             items = []
         if not items or any(item.amount < 1 for item in items):
             raise ValueError(f"{value!r} is not a rate limit such as '10/second;300/minute'")
+        return value
+
+    @field_validator("placement_policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in POLICY_NAMES:
+            raise ValueError(unknown_policy(value))
         return value
 
     @field_validator("data_dir")

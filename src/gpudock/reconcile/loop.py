@@ -106,12 +106,13 @@ class Reconciler:
         self.durations = ctx.pass_durations
         health_watch, disk_watch = gpu_health.HealthWatch(), system_disks.DiskWatch()
         shares_watch, loss_watch = share_watch.ShareWatch(), host_loss.LossWatch()
+        self.placement = placement.PlacementState(ctx.settings)  # the policy, kept between passes
         settings = ctx.settings
         self._passes = [
             _Pass("garbage", lambda: garbage.collect_garbage(ctx), GC_INTERVAL_S),
             _Pass("host loss", lambda: host_loss.host_loss_pass(ctx, loss_watch)),
             _Pass("moves off failed GPUs", lambda: gpu_health.converge(ctx)),
-            _Pass("placement", lambda: placement.place_waiting(ctx)),
+            _Pass("placement", lambda: placement.place_waiting(ctx, self.placement)),
             _Pass("lifecycle steps", self._submit_active),
             _Pass(
                 "GPU health",

@@ -1,5 +1,7 @@
 """The placement pass: waiting instances in queue order get GPUs, one per
-transaction, over a snapshot of healthy capacity (`scheduler.placement`).
+transaction, chosen by the configured policy (`GPUDOCK_PLACEMENT_POLICY`, the
+house policy by default) over a snapshot of healthy capacity
+(`scheduler.hosts.HostPlacer`).
 
 The database makes double allocation impossible (a GPU's allocation row is
 keyed by its UUID), whatever the scheduler decides; the balance is checked
@@ -25,41 +27,74 @@ from gpudock.db.models import (
     InstanceStatus,
 )
 from gpudock.messages import Message
+from gpudock.scheduler.hosts import HostPlacer
 from gpudock.scheduler.placement import (
     WHOLE_MILLI,
     HostCapacity,
     Placement,
     PlacementRequest,
-    SharedGpu,
     carries_labels,
-    place,
 )
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet.builds import host_builds
 from gpudock.services.fleet.inventory import capacity_snapshot
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import queue
 from gpudock.services.instances.status import switch_instance_status
+from gpudock.settings import Settings
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
 WAITING = queue.WAITING
+WARM_UP_REQUESTS = 8000  # four half-lives of the workload estimate: older ones weigh little
 
 
-def place_waiting(ctx: ServiceContext) -> None:
+class PlacementState:
+    """What the placement pass keeps from one pass to the next: the policy over
+    the fleet (the workload it has learned, its admission balance) and the
+    `queued_at` of each waiting instance it has tried, so that the policy is
+    told of each request once, when it arrives. Lost with the process: the next
+    one learns the workload again from the instances placed then (`_warm_up`),
+    and every waiting instance arrives afresh."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.placer = HostPlacer(settings.placement_policy)
+        self.tried: dict[str, datetime] = {}
+        self.warm = False
+
+    def sync(self, session: Session) -> None:
+        if not self.warm:
+            _warm_up(session, self.placer)
+            self.warm = True
+        self.placer.sync(host_builds(session), capacity_snapshot(session))
+
+    def arrives(self, instance: InstanceModel) -> bool:
+        """Is this the instance's first try since it was queued?"""
+        first = self.tried.get(instance.id) != instance.queued_at
+        self.tried[instance.id] = instance.queued_at
+        return first
+
+
+def place_waiting(ctx: ServiceContext, state: PlacementState | None = None) -> None:
     """Place waiting instances in queue order; the database rejects a GPU
     given twice (primary key on the allocation), whatever the timing.
 
     Anti-starvation: later, smaller requests may overtake one that does not fit
-    for `GPUDOCK_QUEUE_OVERTAKE_LIMIT_S`; after that it reserves the host that
-    comes closest to holding it, and nothing younger is placed there until it
-    runs. The reservation is worked out afresh each pass from the queue, so a
-    restart keeps it and nothing needs cleaning up."""
+    for `GPUDOCK_QUEUE_OVERTAKE_LIMIT_S`; after that it is placed wherever it
+    fits (the policy may not hold it back) or reserves the host that comes
+    closest to holding it, and nothing younger is placed there until it runs.
+    The reservation is worked out afresh each pass from the queue, so a
+    restart keeps it and nothing needs cleaning up. `state` is what the
+    reconciler keeps between passes (without one, a fresh policy)."""
+    state = state or PlacementState(ctx.settings)
     with ctx.reader() as session:  # no write lock: commits re-check under the row lock
         waiting = queue.waiting_in_order(session)
         if not waiting:
+            state.tried.clear()
             return
-        snapshot = capacity_snapshot(session)
+        state.sync(session)
+    placer = state.placer
     # Which hosts can run an image on a model does not change within a pass: asked
     # once per (image, model), not once per waiting instance.
     runnable: dict[tuple[str, str | None], frozenset[str] | None] = {}
@@ -67,22 +102,37 @@ def place_waiting(ctx: ServiceContext) -> None:
     now = ctx.clock()
     for instance in waiting:
         request = _request_of(ctx, instance, runnable)
+        if request.host_labels:  # the policies see hosts, not labels: those that carry them
+            request = _labelled(request, placer.hosts)
         if reserved:
-            request = _without(request, snapshot, frozenset(reserved))
-        placement = place(snapshot, request)
+            request = _without(request, placer.hosts, frozenset(reserved))
+        starving = _waited_s(instance, now) >= ctx.settings.queue_overtake_limit_s
+        arrival = state.arrives(instance)
+        placement = placer.place(request, arrival=arrival, may_defer=not starving)
         if placement is None:
-            starving = _waited_s(instance, now) >= ctx.settings.queue_overtake_limit_s
-            host = _nearest_host(snapshot, request) if starving else None
+            host = _nearest_host(placer.hosts, request) if starving else None
             if host is not None:
                 reserved[host] = instance
             _note_waiting(ctx, instance, host)
             continue
         if _commit_placement(ctx, instance, placement):
-            snapshot = _after(snapshot, placement, request)
+            placer.placed(placement, request)
             ctx.crash_point("after_placement")
         else:
             with ctx.reader() as session:
-                snapshot = capacity_snapshot(session)
+                state.sync(session)
+    state.tried = {i.id: state.tried[i.id] for i in waiting if i.id in state.tried}
+
+
+def _warm_up(session: Session, placer: HostPlacer) -> None:
+    """Teach a new policy the workload from the instances placed now, oldest first."""
+    latest = session.scalars(
+        select(InstanceModel)
+        .where(InstanceModel.placed.is_(True))
+        .order_by(InstanceModel.created_at.desc(), InstanceModel.id)
+        .limit(WARM_UP_REQUESTS)
+    ).all()
+    placer.warm(queue.placement_request(i) for i in reversed(latest))
 
 
 def _request_of(
@@ -110,6 +160,12 @@ def _without(
     allowed = request.allowed_hosts
     everywhere = frozenset(h.host_id for h in snapshot) if allowed is None else allowed
     return replace(request, allowed_hosts=everywhere - reserved)
+
+
+def _labelled(request: PlacementRequest, hosts: list[HostCapacity]) -> PlacementRequest:
+    carrying = frozenset(h.host_id for h in hosts if carries_labels(h, request))
+    allowed = request.allowed_hosts
+    return replace(request, allowed_hosts=carrying if allowed is None else allowed & carrying)
 
 
 def _nearest_host(snapshot: list[HostCapacity], request: PlacementRequest) -> str | None:
@@ -258,33 +314,3 @@ def _check_unshared(session: Session, gpu_ids: tuple[str, ...]) -> None:
     )
     if session.scalar(select(GpuShareModel.gpu_id).where(GpuShareModel.gpu_id.in_(gpu_ids))):
         raise _ShareTaken(",".join(gpu_ids))
-
-
-def _after(
-    snapshot: list[HostCapacity], placement: Placement, request: PlacementRequest
-) -> list[HostCapacity]:
-    return [
-        _taken_from(host, placement, request) if host.host_id == placement.host_id else host
-        for host in snapshot
-    ]
-
-
-def _taken_from(
-    host: HostCapacity, placement: Placement, request: PlacementRequest
-) -> HostCapacity:
-    taken = set(placement.gpu_uuids)
-    shared = list(host.shared_gpus)
-    if request.share_milli is not None:
-        (gpu_id,) = placement.gpu_uuids
-        fresh = [SharedGpu(g, WHOLE_MILLI) for g in host.free_gpus if g.uuid == gpu_id]
-        shared = [
-            SharedGpu(s.gpu, s.free_milli - request.share_milli) if s.gpu.uuid == gpu_id else s
-            for s in [*shared, *fresh]
-        ]
-    return replace(
-        host,
-        free_cpus=host.free_cpus - request.cpus,
-        free_memory_gb=host.free_memory_gb - request.memory_gb,
-        free_gpus=tuple(g for g in host.free_gpus if g.uuid not in taken),
-        shared_gpus=tuple(s for s in shared if s.free_milli > 0),
-    )

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpudock.scheduler.choosing import TieRule, best_fit_gpus
+from gpudock.scheduler.choosing import TieRule, best_fit_gpus, candidates
 from gpudock.scheduler.demand import MILLI_PER_GPU, Demand
-from gpudock.scheduler.snapshot import Assignment, Snapshot
+from gpudock.scheduler.snapshot import Assignment, BoolArray, Snapshot
 
 # The simulator normalises scores by the largest node it knows.
 MAX_SPEC_CPU = 128_000
@@ -27,8 +27,10 @@ class RandomPolicy:
     def observe(self, demand: Demand) -> None:
         return None
 
-    def choose(self, demand: Demand, *, may_defer: bool = True) -> Assignment | None:
-        nodes = np.flatnonzero(self._snap.feasible(demand))
+    def choose(
+        self, demand: Demand, *, may_defer: bool = True, allowed: BoolArray | None = None
+    ) -> Assignment | None:
+        nodes = candidates(self._snap, demand, allowed)
         if not len(nodes):
             return None
         node = int(nodes[self._rng.integers(len(nodes))])
@@ -48,8 +50,10 @@ class FirstFitPolicy:
     def observe(self, demand: Demand) -> None:
         return None
 
-    def choose(self, demand: Demand, *, may_defer: bool = True) -> Assignment | None:
-        nodes = np.flatnonzero(self._snap.feasible(demand))
+    def choose(
+        self, demand: Demand, *, may_defer: bool = True, allowed: BoolArray | None = None
+    ) -> Assignment | None:
+        nodes = candidates(self._snap, demand, allowed)
         if not len(nodes):
             return None
         node = int(nodes[0] if self._rank is None else nodes[np.argmin(self._rank[nodes])])
@@ -66,9 +70,11 @@ class BestFitPolicy:
     def observe(self, demand: Demand) -> None:
         return None
 
-    def choose(self, demand: Demand, *, may_defer: bool = True) -> Assignment | None:
+    def choose(
+        self, demand: Demand, *, may_defer: bool = True, allowed: BoolArray | None = None
+    ) -> Assignment | None:
         snap = self._snap
-        nodes = np.flatnonzero(snap.feasible(demand))
+        nodes = candidates(snap, demand, allowed)
         if not len(nodes):
             return None
         cpu_rest = (snap.cpu_free[nodes] - demand.cpu_milli) / MAX_SPEC_CPU

@@ -8,19 +8,24 @@ from typing import Protocol
 import numpy as np
 
 from gpudock.scheduler.demand import MILLI_PER_GPU, Demand
-from gpudock.scheduler.snapshot import Assignment, IntArray, Snapshot
+from gpudock.scheduler.snapshot import Assignment, BoolArray, IntArray, Snapshot
 
 
 class Policy(Protocol):
     """Chooses where a demand goes on the snapshot it was built over.
 
     `choose` returns None when the demand should wait: nothing fits, or, if
-    `may_defer`, the policy holds it back for the fleet's sake. It does not
-    change the snapshot: the caller allocates the assignment. `observe` is told
-    of every arriving demand, placed or not, so a policy can learn the workload.
+    `may_defer`, the policy holds it back for the fleet's sake. `allowed`, if
+    given, is a mask of the nodes it may choose from (the server's host
+    constraints: where the image runs, `--stay`, hosts a starving request
+    holds). It does not change the snapshot: the caller allocates the
+    assignment. `observe` is told of every arriving demand, placed or not, so a
+    policy can learn the workload.
     """
 
-    def choose(self, demand: Demand, *, may_defer: bool = True) -> Assignment | None: ...
+    def choose(
+        self, demand: Demand, *, may_defer: bool = True, allowed: BoolArray | None = None
+    ) -> Assignment | None: ...
 
     def observe(self, demand: Demand) -> None: ...
 
@@ -44,6 +49,12 @@ class TieRule:
         if self.rank is None:
             return int(nodes[self.rng.integers(len(nodes))])
         return int(nodes[np.argmin(self.rank[nodes])])
+
+
+def candidates(snapshot: Snapshot, demand: Demand, allowed: BoolArray | None) -> IntArray:
+    """Indices of the nodes that can take `demand` now, among `allowed` (None: all)."""
+    feasible = snapshot.feasible(demand)
+    return np.flatnonzero(feasible if allowed is None else feasible & allowed)
 
 
 def seeded_order(snapshot: Snapshot, seed: int) -> IntArray:

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpudock.scheduler.choosing import TieRule, best_fit_gpus
+from gpudock.scheduler.choosing import TieRule, best_fit_gpus, candidates
 from gpudock.scheduler.demand import MILLI_PER_GPU, Demand
-from gpudock.scheduler.snapshot import Assignment, IntArray, Snapshot
+from gpudock.scheduler.snapshot import Assignment, BoolArray, IntArray, Snapshot
 from gpudock.scheduler.usable import FloatArray
 from gpudock.scheduler.workload import WorkloadEstimate
 
@@ -94,9 +94,11 @@ class FgdPolicy:
             )
         self._clock = snap.clock
 
-    def choose(self, demand: Demand, *, may_defer: bool = True) -> Assignment | None:
+    def choose(
+        self, demand: Demand, *, may_defer: bool = True, allowed: BoolArray | None = None
+    ) -> Assignment | None:
         snap = self._snap
-        nodes = np.flatnonzero(snap.feasible(demand))
+        nodes = candidates(snap, demand, allowed)
         if not len(nodes):
             return None
         self._refresh()

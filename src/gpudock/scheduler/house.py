@@ -44,11 +44,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gpudock.scheduler.choosing import best_fit_gpus, seeded_order
+from gpudock.scheduler.choosing import best_fit_gpus, candidates, seeded_order
 from gpudock.scheduler.demand import MILLI_PER_GPU, Demand
 from gpudock.scheduler.nodestates import NodeStates
 from gpudock.scheduler.scarcity import ModelScarcity
-from gpudock.scheduler.snapshot import Assignment, IntArray, Snapshot
+from gpudock.scheduler.snapshot import Assignment, BoolArray, IntArray, Snapshot
 from gpudock.scheduler.usable import FloatArray, UsableCapacity, share_after
 from gpudock.scheduler.workload import ClassKey, WorkloadEstimate, class_key
 
@@ -90,17 +90,21 @@ class HousePolicy:
         self._scarcity.observe(demand)
         self._arrival = demand
 
-    def choose(self, demand: Demand, *, may_defer: bool = True) -> Assignment | None:
+    def choose(
+        self, demand: Demand, *, may_defer: bool = True, allowed: BoolArray | None = None
+    ) -> Assignment | None:
         arrival = demand is self._arrival
         if arrival:
             self._arrival = None
-        choice = self._choose(demand, may_defer and self._admission and arrival)
+        choice = self._choose(demand, may_defer and self._admission and arrival, allowed)
         if choice is None and arrival:
             self._refused += demand.total_milli
         return choice
 
-    def _choose(self, demand: Demand, may_hold: bool) -> Assignment | None:
-        nodes = np.flatnonzero(self._snap.feasible(demand))
+    def _choose(
+        self, demand: Demand, may_hold: bool, allowed: BoolArray | None
+    ) -> Assignment | None:
+        nodes = candidates(self._snap, demand, allowed)
         if not len(nodes):
             return None
         self._states.refresh()

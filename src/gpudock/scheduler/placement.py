@@ -11,14 +11,17 @@ Whole GPUs, in order of preference:
 A share of one GPU goes where it leaves the least over: onto a GPU that
 already holds shares, the one with the least free milli that still fits,
 before it opens a whole GPU (best fit; whole GPUs stay whole for whole-GPU
-requests), then the tightest host. The policies compared on cluster traces
-live beside this (`registry`, `house`); this is the one the reconciler runs.
+requests), then the tightest host. The server places with the registry's
+policies (`hosts.HostPlacer`, the house policy by default); it keeps the rules
+here for what the policies do not decide: an instance's previous GPUs
+(`sticky_placement`), hosts with GPUs of several models, and the wait queue's
+"does it fit now" estimate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 WHOLE_MILLI = 1000
 
@@ -81,11 +84,7 @@ class Placement:
 
 def place(hosts: Sequence[HostCapacity], request: PlacementRequest) -> Placement | None:
     """Choose a host and GPUs for the request, or None if it cannot fit now."""
-    candidates = [h for h in hosts if carries_labels(h, request) and _fits(h, request)]
-    if request.required_host is not None:
-        candidates = [h for h in candidates if h.host_id == request.required_host]
-    if request.allowed_hosts is not None:
-        candidates = [h for h in candidates if h.host_id in request.allowed_hosts]
+    candidates = _candidates(hosts, request)
     if not candidates:
         return None
     if request.share_milli is not None:
@@ -101,6 +100,45 @@ def place(hosts: Sequence[HostCapacity], request: PlacementRequest) -> Placement
 def carries_labels(host: HostCapacity, request: PlacementRequest) -> bool:
     """The host carries every label the request asks for (none asked: any host)."""
     return request.host_labels <= host.labels
+
+
+def sticky_placement(hosts: Sequence[HostCapacity], request: PlacementRequest) -> Placement | None:
+    """Where the instance was, if that fits now: its previous GPUs, all of them
+    free, or (no GPUs) its previous host. A share is never sticky."""
+    if request.share_milli is not None:
+        return None
+    return _sticky_placement(_candidates(hosts, request), request)
+
+
+def after_placement(
+    host: HostCapacity, placement: Placement, request: PlacementRequest
+) -> HostCapacity:
+    """`host` once `placement` of `request` has taken what it asks for."""
+    taken = set(placement.gpu_uuids)
+    shared = list(host.shared_gpus)
+    if request.share_milli is not None:
+        (gpu_id,) = placement.gpu_uuids
+        fresh = [SharedGpu(g, WHOLE_MILLI) for g in host.free_gpus if g.uuid == gpu_id]
+        shared = [
+            SharedGpu(s.gpu, s.free_milli - request.share_milli) if s.gpu.uuid == gpu_id else s
+            for s in [*shared, *fresh]
+        ]
+    return replace(
+        host,
+        free_cpus=host.free_cpus - request.cpus,
+        free_memory_gb=host.free_memory_gb - request.memory_gb,
+        free_gpus=tuple(g for g in host.free_gpus if g.uuid not in taken),
+        shared_gpus=tuple(s for s in shared if s.free_milli > 0),
+    )
+
+
+def _candidates(hosts: Sequence[HostCapacity], request: PlacementRequest) -> list[HostCapacity]:
+    candidates = [h for h in hosts if carries_labels(h, request) and _fits(h, request)]
+    if request.required_host is not None:
+        candidates = [h for h in candidates if h.host_id == request.required_host]
+    if request.allowed_hosts is not None:
+        candidates = [h for h in candidates if h.host_id in request.allowed_hosts]
+    return candidates
 
 
 def _fits(host: HostCapacity, request: PlacementRequest) -> bool:
