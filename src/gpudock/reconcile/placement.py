@@ -102,6 +102,8 @@ def place_waiting(ctx: ServiceContext, state: PlacementState | None = None) -> N
     now = ctx.clock()
     for instance in waiting:
         request = _request_of(ctx, instance, runnable)
+        if request.host_labels:  # the policies see hosts, not labels: those that carry them
+            request = _labelled(request, placer.hosts)
         if reserved:
             request = _without(request, placer.hosts, frozenset(reserved))
         starving = _waited_s(instance, now) >= ctx.settings.queue_overtake_limit_s
@@ -158,6 +160,12 @@ def _without(
     allowed = request.allowed_hosts
     everywhere = frozenset(h.host_id for h in snapshot) if allowed is None else allowed
     return replace(request, allowed_hosts=everywhere - reserved)
+
+
+def _labelled(request: PlacementRequest, hosts: list[HostCapacity]) -> PlacementRequest:
+    carrying = frozenset(h.host_id for h in hosts if carries_labels(h, request))
+    allowed = request.allowed_hosts
+    return replace(request, allowed_hosts=carrying if allowed is None else allowed & carrying)
 
 
 def _nearest_host(snapshot: list[HostCapacity], request: PlacementRequest) -> str | None:

@@ -52,7 +52,6 @@ from gpudock.scheduler.placement import (
     Placement,
     PlacementRequest,
     after_placement,
-    carries_labels,
     place,
     sticky_placement,
 )
@@ -200,16 +199,6 @@ class HostPlacer:
                 only = np.zeros(self._snap.size, bool)
                 only[[self._node_of[h] for h in hosts if h in self._node_of]] = True
                 mask = only if mask is None else mask & only
-        if request.host_labels:
-            labelled = np.zeros(self._snap.size, bool)
-            labelled[
-                [
-                    n
-                    for h, n in self._node_of.items()
-                    if h in self._hosts and carries_labels(self._hosts[h], request)
-                ]
-            ] = True
-            mask = labelled if mask is None else mask & labelled
         if not request.gpu_count and request.share_milli is None and request.gpu_model:
             # No GPU, but on a host with this model (as before the policies).
             with_model = self._with_model.get(request.gpu_model, self._none)
