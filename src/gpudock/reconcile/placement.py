@@ -35,7 +35,7 @@ from gpudock.scheduler.placement import (
 )
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
-from gpudock.services.fleet.inventory import capacity_snapshot
+from gpudock.services.fleet.inventory import current_capacity
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import queue
 from gpudock.services.instances.status import switch_instance_status
@@ -58,7 +58,7 @@ def place_waiting(ctx: ServiceContext) -> None:
         waiting = queue.waiting_in_order(session)
         if not waiting:
             return
-        snapshot = capacity_snapshot(session)
+        snapshot = current_capacity(ctx, session)
     # Which hosts can run an image on a model does not change within a pass: asked
     # once per (image, model), not once per waiting instance.
     runnable: dict[tuple[str, str | None], frozenset[str] | None] = {}
@@ -81,7 +81,7 @@ def place_waiting(ctx: ServiceContext) -> None:
             ctx.crash_point("after_placement")
         else:
             with ctx.reader() as session:
-                snapshot = capacity_snapshot(session)
+                snapshot = current_capacity(ctx, session)
 
 
 def _request_of(

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import DesiredState, InstanceModel, InstanceStatus
 from gpudock.scheduler.placement import PlacementRequest, place
 from gpudock.services.context import ServiceContext
-from gpudock.services.fleet.inventory import capacity_snapshot
+from gpudock.services.fleet.inventory import current_capacity
 
 S = InstanceStatus
 WAITING = (S.PENDING, S.STARTING, S.MIGRATING)  # unplaced rows the placement pass serves
@@ -80,7 +80,7 @@ def queue_position(ctx: ServiceContext, instance: InstanceModel) -> QueuePositio
         request = placement_request(mine)
         if mine.stay_on_host and mine.host_id is not None:  # --stay: its own host only
             request = replace(request, allowed_hosts=frozenset({mine.host_id}))
-        fits_now = place(capacity_snapshot(session), request) is not None
+        fits_now = place(current_capacity(ctx, session), request) is not None
     estimate = WAIT_SOON if position == 1 and fits_now else WAIT_UNKNOWN
     return QueuePosition(position, len(rivals), mine.status_reason, estimate)
 
