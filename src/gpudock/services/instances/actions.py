@@ -27,10 +27,11 @@ from gpudock.db.models import (
     UserModel,
     UserState,
 )
-from gpudock.errors import Conflict, GpudockError, InvalidRequest, NotFound
+from gpudock.errors import Conflict, InvalidRequest, NotFound
 from gpudock.messages import Message
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet.shape import fleet_shape
 from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import auto_stop, job_command, published, sizing
@@ -162,23 +163,14 @@ def _encode_env(env: dict[str, str]) -> str:
 
 def _size(ctx: ServiceContext, request: InstanceRequest) -> sizing.Size:
     """The request's sizes, read before the create's transaction: hosts and their
-    GPUs are the fleet's configuration, and on SQLite every read inside a write
-    transaction holds the one write lock (a create takes exactly one)."""
+    GPUs are the fleet's configuration (the server's kept copy of it), and on
+    SQLite every read inside a write transaction holds the one write lock (a
+    create takes exactly one)."""
     with ctx.reader() as session:
-        simulated = sizing.simulated_fleet(session)
-    ceiling = _cpu_ceiling(ctx) if simulated else None  # an engine call: no session open
-    with ctx.reader() as session:
-        return sizing.resolve_size(session, ctx.settings, request, ceiling)
-
-
-def _cpu_ceiling(ctx: ServiceContext) -> float | None:
-    """A simulated fleet runs every container on this one engine, which gives none
-    more CPUs than it has (the Docker adapter holds `nano_cpus` to that): the
-    instance records that limit, not the simulated host's share."""
-    try:
-        return float(ctx.runtime.engine_info().cpus)
-    except GpudockError:
-        return None  # sized as simulated; the container is held at start anyway
+        fleet = fleet_shape(ctx, session)
+    ceiling = ctx.memo.get(sizing.EngineCpus).ceiling(ctx) if fleet.simulated else None
+    with ctx.reader() as session:  # no session open across the engine call above
+        return sizing.resolve_size(fleet, session, ctx.settings, request, ceiling)
 
 
 def _check_name(name: str) -> None:
@@ -213,7 +205,8 @@ def request_problems(
             if "name" not in problems:
                 check("name", lambda: _check_name_free(session, user, request.name or ""))
         sized = replace(request, disk_gb=None)
-        check("gpu_count", lambda: sizing.resolve_size(session, ctx.settings, sized))
+        fleet = fleet_shape(ctx, session)
+        check("gpu_count", lambda: sizing.resolve_size(fleet, session, ctx.settings, sized))
         check("disk_gb", lambda: sizing.check_disk(request.disk_gb, ctx.settings))
 
     def image_fits() -> None:  # a catalog verdict first: it says more than "cannot pull"
