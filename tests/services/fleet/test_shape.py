@@ -92,3 +92,17 @@ def test_plain_sql_and_another_server_move_the_generation(
     loads = _loads(ctx)
     inventory.sync_inventory(second.ctx, grown)  # the same inventory again: nothing written
     assert _read(ctx) is shape and _loads(ctx) == loads
+
+
+def test_an_instance_on_a_host_gone_from_the_fleet_still_names_it(platform: Platform) -> None:
+    ctx = platform.ctx
+    ada = users.create_user(ctx, "ada").user
+    made = instances.create_instance(
+        ctx, ada, InstanceRequest(gpu_model="RTX4090-24GB", gpu_count=1)
+    )
+    platform.reconciler.drain()
+    placed = instances.view(ctx, instances.get_instance(ctx, ada, made.id))
+    assert placed.host_name is not None
+    inventory.sync_inventory(ctx, SimulatedGpuSource("1x4xA100-80GB").discover())
+    assert placed.host_name not in {h.name for h in _read(ctx).hosts}
+    assert instances.show_view(ctx, ada, made.id).host_name == placed.host_name

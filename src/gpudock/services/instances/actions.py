@@ -292,28 +292,40 @@ class InstanceView:
 
 
 def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceView]:
-    """Instances with their allocated GPUs and host names, in three queries."""
-    ids = [i.id for i in instances]
+    """Instances with their allocated GPUs and host names, in one read transaction."""
     with ctx.reader() as session:
-        card_mb = dict(
-            session.execute(
-                select(GpuShareModel.instance_id, GpuDeviceModel.memory_mb)
-                .join(GpuDeviceModel, GpuDeviceModel.id == GpuShareModel.gpu_id)
-                .where(GpuShareModel.instance_id.in_(ids))
-            ).all()
-        )
-        rows = session.execute(
-            select(GpuAllocationModel.instance_id, GpuAllocationModel.gpu_id)
-            .where(GpuAllocationModel.instance_id.in_(ids))
-            .union_all(
-                select(GpuShareModel.instance_id, GpuShareModel.gpu_id).where(
-                    GpuShareModel.instance_id.in_(ids)
-                )
-            )
-            .order_by("gpu_id")
+        return _views(ctx, session, instances)
+
+
+def show_view(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceView:
+    """`get_instance` and `view` in one read transaction."""
+    with ctx.reader() as session:
+        return _views(ctx, session, [_load(session, user, ref)])[0]
+
+
+def _views(
+    ctx: ServiceContext, session: Session, instances: list[InstanceModel]
+) -> list[InstanceView]:
+    ids = [i.id for i in instances]
+    card_mb = dict(
+        session.execute(
+            select(GpuShareModel.instance_id, GpuDeviceModel.memory_mb)
+            .join(GpuDeviceModel, GpuDeviceModel.id == GpuShareModel.gpu_id)
+            .where(GpuShareModel.instance_id.in_(ids))
         ).all()
-        host_names = dict(session.execute(select(HostModel.id, HostModel.name)).all())
-        policies = auto_stop.policies(session, ids)
+    )
+    rows = session.execute(
+        select(GpuAllocationModel.instance_id, GpuAllocationModel.gpu_id)
+        .where(GpuAllocationModel.instance_id.in_(ids))
+        .union_all(
+            select(GpuShareModel.instance_id, GpuShareModel.gpu_id).where(
+                GpuShareModel.instance_id.in_(ids)
+            )
+        )
+        .order_by("gpu_id")
+    ).all()
+    host_names = _host_names(ctx, session, {i.host_id for i in instances if i.host_id})
+    policies = auto_stop.policies(session, ids)
     gpus: dict[str, list[str]] = {i: [] for i in ids}
     for instance_id, gpu_id in rows:
         gpus[instance_id].append(gpu_id)
@@ -327,6 +339,16 @@ def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceV
         )
         for i in instances
     ]
+
+
+def _host_names(ctx: ServiceContext, session: Session, host_ids: set[str]) -> dict[str, str]:
+    """From the kept fleet shape; a host no longer present is read by its id."""
+    names = {h.id: h.name for h in fleet_shape(ctx, session).hosts if h.id in host_ids}
+    gone = host_ids - names.keys()
+    if gone:
+        query = select(HostModel.id, HostModel.name).where(HostModel.id.in_(gone))
+        names.update((host_id, name) for host_id, name in session.execute(query))
+    return names
 
 
 def _share_memory(instance: InstanceModel, card_mb: int | None) -> int | None:

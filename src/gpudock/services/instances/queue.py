@@ -44,6 +44,15 @@ def waiting_in_order(session: Session) -> list[InstanceModel]:
     )
 
 
+def is_waiting(instance: InstanceModel) -> bool:
+    """Whether the row, as read, is in the queue `waiting_in_order` reads."""
+    return (
+        instance.desired_state == DesiredState.RUNNING
+        and not instance.placed
+        and instance.status in WAITING
+    )
+
+
 def placement_request(instance: InstanceModel) -> PlacementRequest:
     """What the instance asks the scheduler for (its old GPUs preferred, if whole)."""
     previous = frozenset(g for g in instance.container_gpus.split(",") if g)
@@ -69,7 +78,10 @@ class QueuePosition:
 
 
 def queue_position(ctx: ServiceContext, instance: InstanceModel) -> QueuePosition | None:
-    """Where a waiting instance stands; None when it does not wait for placement."""
+    """Where a waiting instance stands; None when it does not wait for placement
+    (as `instance` was read: the queue is not read at all then)."""
+    if not is_waiting(instance):
+        return None
     with ctx.reader() as session:
         queue = waiting_in_order(session)
         mine = next((i for i in queue if i.id == instance.id), None)
