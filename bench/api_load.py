@@ -4,6 +4,8 @@ in its database, 100 concurrent clients.
     nice .venv/bin/python -m bench.api_load [--duration 30] [--clients 100]
         [--instances 10000] [--users 500] [--running 2000] [--database-url URL]
         [--server-src DIR]   # the server from another src/ tree, e.g. `git archive`d
+        [--servers 1,2]      # one phase per number: that many servers on the database
+        [--charge-period-s 60]
 
 The server runs in a child process on the fake runtime (`GPUDOCK_RUNTIME=fake`)
 over a simulated fleet with some GPUs to spare, rate limits off (every client
@@ -16,9 +18,17 @@ intervals): `--running` running priced instances, the rest stopped. Then
 `--duration` seconds: 80 % reads (list, show, balance, ledger, SSH keys) and
 20 % writes (create, stop, start, delete of what that client created).
 
+With `--servers 1,2` the load runs twice over the same database: against one
+`gpudock server`, then against two on it (the HA topology: own data dirs, one
+database), the clients split between them; each phase checks afterwards that
+no GPU is held twice and no interval was charged twice for the same seconds
+(`tests.support.invariants`). A short `--charge-period-s` has every server's charging
+thread posting for the running instances while the load runs.
+
 Prints per-endpoint count, p50, p99 and errors (4xx answers such as a 409 for
 a stop of an instance that is already stopping are counted apart from 5xx and
-transport errors), then the reconciler's passes timed over the same database.
+transport errors) per phase, the ratio of each phase to the first, then the
+reconciler's passes timed over the same database.
 Targets: create/show p99 ≤ 100 ms, list p99 ≤ 1 s, no 5xx, a pass ≤ 1 s.
 """
 
@@ -41,6 +51,7 @@ from pathlib import Path
 
 import httpx
 from sqlalchemy import select
+from tests.support import invariants
 from tests.support.server_process import ServerProcess
 
 from gpudock.billing.money import parse_amount
@@ -215,11 +226,14 @@ class LoadClient:
             self.created.remove(target)
 
 
-def run_load(url: str, tokens: list[str], clients: int, duration_s: float) -> Tally:
+def run_load(urls: list[str], tokens: list[str], clients: int, duration_s: float) -> Tally:
+    """`clients` users at once, client n on server n mod len(urls)."""
     tally = Tally()
     rng = random.Random(7)
     chosen = rng.sample(tokens, min(clients, len(tokens)))
-    workers = [LoadClient(url, t, random.Random(n), tally) for n, t in enumerate(chosen)]
+    workers = [
+        LoadClient(urls[n % len(urls)], t, random.Random(n), tally) for n, t in enumerate(chosen)
+    ]
     deadline = time.monotonic() + duration_s
     threads = [threading.Thread(target=w.run_until, args=(deadline,)) for w in workers]
     for thread in threads:
@@ -254,25 +268,54 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def report(tally: Tally, duration_s: float, passes: dict[str, float]) -> None:
+def report(tally: Tally, duration_s: float, baseline: Tally | None = None) -> None:
     total = sum(len(v) for v in tally.latencies_ms.values())
     print(f"{total} requests in {duration_s:.0f} s ({total / duration_s:.0f}/s)")
-    print(f"{'endpoint':10} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'4xx':>5} {'5xx':>5}")
+    header = f"{'endpoint':10} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'4xx':>5} {'5xx':>5}"
+    print(header + (f" {'p50, p99 / first':>17}" if baseline else ""))
     for op in [*READS, *WRITES]:
         values = tally.latencies_ms.get(op, [])
         if not values:
             continue
-        print(
-            f"{op:10} {len(values):6} {statistics.median(values):8.1f} "
-            f"{percentile(values, 0.99):8.1f} {tally.client_errors[op]:5} "
+        p50, p99 = statistics.median(values), percentile(values, 0.99)
+        line = (
+            f"{op:10} {len(values):6} {p50:8.1f} {p99:8.1f} {tally.client_errors[op]:5} "
             f"{tally.server_errors[op]:5}"
         )
+        first = baseline.latencies_ms.get(op) if baseline else None
+        if first:
+            line += f" {p50 / statistics.median(first):8.2f} {p99 / percentile(first, 0.99):8.2f}"
+        print(line)
     if tally.failures:
         print(f"transport errors: {len(tally.failures)}, first: {tally.failures[0]}")
+
+
+def report_passes(passes: dict[str, float]) -> None:
     print("reconciler passes over the same database (ms):")
     for name, ms in passes.items():
         print(f"  {name:24} {ms:8.0f}")
     print(f"  {'sum':24} {sum(passes.values()):8.0f}")
+
+
+def run_phase(
+    servers: list[ServerProcess], tokens: list[str], args: argparse.Namespace, url: str
+) -> Tally:
+    """Start `servers` on the database, load them, stop them, check the invariants."""
+    for server in servers:
+        server.start()
+    print(f"{len(servers)} server(s) up; load average {os.getloadavg()[0]:.2f}")
+    try:
+        tally = run_load([s.url for s in servers], tokens, args.clients, args.duration)
+    finally:
+        for server in servers:
+            server.kill()
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    problems = invariants.check(url)
+    print(
+        "invariants: "
+        + ("; ".join(problems) if problems else "no GPU held twice, no second charged twice")
+    )
+    return tally
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,19 +329,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--server-src", type=Path, help="run the server from this src/ tree (a before/after)"
     )
+    parser.add_argument("--servers", default="1", help="phases: servers in each, e.g. 1,2")
+    parser.add_argument("--charge-period-s", type=int, default=60)
     args = parser.parse_args(argv)
+    phases = [int(n) for n in args.servers.split(",")]
     logging.getLogger("gpudock").setLevel(logging.WARNING)
     fleet = fleet_spec(args.running)
     with tempfile.TemporaryDirectory(prefix="gpudock-load-") as tmp:
-        env = dict(SERVER_ENV)
+        env = {**SERVER_ENV, "GPUDOCK_BILLING_CHARGE_PERIOD_S": str(args.charge_period_s)}
         if args.server_src is not None:
             env["PYTHONPATH"] = str(args.server_src)
-        server = ServerProcess(Path(tmp) / "server", fleet, database_url=args.database_url, env=env)
-        server.healthy_timeout_s = 300
-        server.start()
-        url = args.database_url or f"sqlite:///{server.data_dir / 'gpudock.db'}"
+        url = args.database_url or f"sqlite:///{Path(tmp) / 'gpudock.db'}"
+        servers = [
+            ServerProcess(Path(tmp) / f"server{n}", fleet, database_url=url, env=dict(env))
+            for n in range(max(phases))
+        ]
+        for server in servers:
+            server.healthy_timeout_s = 300
+        servers[0].start()  # makes the schema and the first admin; the seeder joins it
+        servers[0].kill()
         settings = Settings(
-            data_dir=Path(tmp) / "seeder", database_url=url, simulate=fleet, runtime="fake"
+            data_dir=Path(tmp) / "seeder",
+            database_url=url,
+            simulate=fleet,
+            runtime="fake",
+            billing_charge_period_s=args.charge_period_s,
         )
         platform = open_platform(settings, runtime=FakeRuntime())
         try:
@@ -308,14 +363,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"seeded {args.instances} instances of {args.users} users in "
                 f"{time.perf_counter() - began:.0f} s; load average {os.getloadavg()[0]:.2f}"
             )
-            tally = run_load(server.url, tokens, args.clients, args.duration)
-            print(f"load average after: {os.getloadavg()[0]:.2f}")
-            server.kill()  # the passes timed alone, not racing the server's own
+            tallies = [run_phase(servers[:count], tokens, args, url) for count in phases]
             passes = time_passes(platform)
         finally:
             platform.close()
-            server.kill()
-    report(tally, args.duration, passes)
+            for server in servers:
+                server.kill()
+    for count, tally in zip(phases, tallies, strict=True):
+        print(f"-- {count} server(s)")
+        report(tally, args.duration, tallies[0] if tally is not tallies[0] else None)
+    report_passes(passes)
     return 0
 
 

@@ -34,6 +34,19 @@ class Settings(BaseSettings):
     # -- HTTP -------------------------------------------------------------
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    access_log: bool = Field(
+        default=False,
+        description="Log a line per HTTP request (uvicorn's access log); off by default, "
+        "it costs a few per cent of the server's CPU under load.",
+    )
+    token_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="How long a server reuses an API token's row and its user, read once, "
+        "before it reads them again. A revoke, disable or delete made through this server "
+        "takes effect on it at once; made through another server on the same database, "
+        "within this many seconds. 0: read them on every request.",
+    )
 
     # -- GPUs -------------------------------------------------------------
     simulate: str | None = Field(

@@ -1,15 +1,17 @@
 """Two `gpudock server` processes on one PostgreSQL database (the HA topology):
 parallel creates against both give no GPU twice and charge no second twice;
 one killed with SIGKILL leaves its leases to expire, and the survivor takes
-them over and converges."""
+them over and converges — also when it is killed in the middle of a load on
+both, which the survivor keeps answering without an error."""
 
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from sqlalchemy import select
 from gpudock.db.models import InstanceModel
 from gpudock.platform import SERVER_ID_FILE
 from gpudock.services.billing import postings as ledger
+from tests.support import invariants
 from tests.support.docker import assert_converged_on
 from tests.support.server_process import ServerProcess, wait_for, wait_settled
 from tests.support.servers import ServerFactory
@@ -142,3 +145,100 @@ def test_the_survivor_takes_over_a_killed_servers_leases(
     assert_converged_on(sessions, cluster, engine)
     time.sleep(1.5)  # the survivor charges the instance on its own
     _assert_charged_once(second, token)
+
+
+class _Load:
+    """Clients looping on one server each until told to stop: a few creates of
+    their own, then stops, starts, shows, lists and balances; every answer's
+    status is kept per server, and a dropped connection ends that client."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.stop = threading.Event()
+        self.codes: defaultdict[int, list[int]] = defaultdict(list)
+        self.dropped: defaultdict[int, int] = defaultdict(int)
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def answered(self, port: int) -> int:
+        with self.lock:
+            return len(self.codes[port])
+
+    def run(self, server: ServerProcess, seed: int) -> None:
+        thread = threading.Thread(target=self._loop, args=(server, random.Random(seed)))
+        self.threads.append(thread)
+        thread.start()
+
+    def _loop(self, server: ServerProcess, rng: random.Random) -> None:
+        mine: list[str] = []
+        with server.client(self.token) as user:
+            while not self.stop.is_set():
+                method, path, body = self._next(rng, mine)
+                try:
+                    response = user.request(method, path, json=body)
+                except httpx.TransportError:
+                    with self.lock:
+                        self.dropped[server.port] += 1
+                    return
+                with self.lock:
+                    self.codes[server.port].append(response.status_code)
+                if method == "POST" and path == "/instances" and response.status_code == 201:
+                    mine.append(response.json()["id"])
+
+    @staticmethod
+    def _next(rng: random.Random, mine: list[str]) -> tuple[str, str, Any]:
+        if len(mine) < 2 and rng.random() < 0.3:
+            return "POST", "/instances", {"gpu_model": "A100-80GB", "gpu_count": 1}
+        if mine and rng.random() < 0.3:
+            verb = rng.choice(["stop", "start"])
+            return "POST", f"/instances/{rng.choice(mine)}/{verb}", None
+        if mine and rng.random() < 0.5:
+            return "GET", f"/instances/{rng.choice(mine)}", None
+        return "GET", rng.choice(["/instances", "/billing/balance", "/billing/ledger"]), None
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+def _wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _compute_charges(server: ServerProcess, token: str) -> int:
+    with server.client(token) as user:
+        lines = user.get("/billing/ledger", params={"limit": 1000}).json()["lines"]
+    return sum(1 for line in lines if line["kind"] == "compute")
+
+
+def test_killing_one_server_under_load_leaves_the_other_serving_and_consistent(
+    pair: tuple[ServerProcess, ServerProcess], engine: docker.DockerClient, postgres_url: str
+) -> None:
+    first, second = pair
+    first.start(GPUDOCK_VOLUME_QUOTA="off")
+    second.start(GPUDOCK_VOLUME_QUOTA="off")
+    with first.client() as admin:
+        token = _tenant(admin, "jun")
+    load = _Load(token)
+    for n, server in enumerate([first, second, first, second]):
+        load.run(server, n)
+    try:
+        _wait_until(lambda: min(load.answered(s.port) for s in pair) >= 20, "load on both")
+        _wait_until(lambda: _compute_charges(second, token) >= 4, "both servers charging")
+        first.kill()  # SIGKILL, mid-load: whatever it held is left to its leases' expiry
+        answered, charged = load.answered(second.port), _compute_charges(second, token)
+        _wait_until(lambda: load.answered(second.port) >= answered + 40, "the survivor's answers")
+        _wait_until(lambda: _compute_charges(second, token) >= charged + 4, "the survivor charging")
+    finally:
+        load.finish()
+    assert load.dropped[second.port] == 0
+    assert [c for c in load.codes[second.port] if c >= 500] == []
+    assert [c for c in load.codes[first.port] if c >= 500] == []
+    wait_settled(second, token)
+    assert invariants.check(postgres_url) == []
+    _, sessions, cluster = second.database()
+    assert_converged_on(sessions, cluster, engine)

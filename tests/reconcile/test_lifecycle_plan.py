@@ -1,11 +1,16 @@
-"""What the lifecycle does next for every (status, desired state, placed), as a table."""
+"""What the lifecycle does next for every (status, desired state, placed), as a
+table; and the scan that finds rows with a step to take finds exactly those."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
-from gpudock.db.models import DesiredState, InstanceStatus
-from gpudock.reconcile.lifecycle import Step, plan_step
+from gpudock.db.models import DesiredState, InstanceModel, InstanceStatus
+from gpudock.platform import Platform
+from gpudock.reconcile.lifecycle import Step, active_instance_ids, plan_step
+from gpudock.services.accounts import users
 
 S, D = InstanceStatus, DesiredState
 N, MS, MST, RUN, STOP, DEL, EV = (
@@ -50,3 +55,36 @@ def test_the_table_covers_every_status() -> None:
 )
 def test_plan_step(status: InstanceStatus, desired: DesiredState, placed: bool, step: Step) -> None:
     assert plan_step(status, desired, placed) == step
+
+
+def test_the_scan_finds_every_row_with_a_step_and_no_other(platform: Platform) -> None:
+    """One row per case in the database; the scan filters most in SQL, so this
+    holds that filter to the table above."""
+    owner = users.create_user(platform.ctx, "ada").user.id
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    with platform.ctx.sessions.begin() as session:
+        for n, (status, desired, placed, _step) in enumerate(CASES):
+            session.add(
+                InstanceModel(
+                    id=f"i-{n:04d}",
+                    name=f"case{n}",
+                    user_id=owner,
+                    gpu_count=0,
+                    image="gpudock/base:bookworm",
+                    system_image="gpudock/base:bookworm",
+                    cpu=1.0,
+                    memory_gb=1,
+                    disk_gb=1,
+                    env="{}",
+                    status=status,
+                    desired_state=desired,
+                    placed=placed,
+                    created_at=at,
+                    updated_at=at,
+                    queued_at=at,
+                )
+            )
+    with platform.ctx.reader() as session:
+        found = set(active_instance_ids(session))
+    expected = {f"i-{n:04d}" for n, (*_case, step) in enumerate(CASES) if step != N}
+    assert found == expected

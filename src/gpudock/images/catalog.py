@@ -8,6 +8,7 @@ come from `compat_data.json`, so the catalog and the doctor agree. Sizes are
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from gpudock.images import compat
@@ -103,7 +104,16 @@ def _cuda(tag: str, cudnn: str | None, os: str) -> ImageSpec:
 
 
 def builtin_images(base_image: str) -> list[ImageSpec]:
-    return [
+    """The catalog's own entries (a new list each call; the entries are frozen)."""
+    return list(_builtin_images(base_image))
+
+
+@functools.lru_cache(maxsize=4)
+def _builtin_images(base_image: str) -> tuple[ImageSpec, ...]:
+    """Made once per base image: each entry's CUDA and driver floors are looked
+    up in the compatibility data, thousands of version parses, and every create
+    and start asks for them."""
+    return (
         ImageSpec(
             reference=base_image,
             name="gpudock base (Debian bookworm)",
@@ -132,7 +142,7 @@ def builtin_images(base_image: str) -> list[ImageSpec]:
         _cuda("12.4.1-cudnn-runtime-ubuntu22.04", "9", "Ubuntu 22.04"),
         _cuda("12.8.1-cudnn-runtime-ubuntu24.04", "9", "Ubuntu 24.04"),
         _cuda("13.0.0-runtime-ubuntu24.04", None, "Ubuntu 24.04"),
-    ]
+    )
 
 
 def with_size(spec: ImageSpec, size_bytes: int) -> ImageSpec:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import and_, delete, func, not_, or_, select
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
@@ -420,6 +420,24 @@ _STEPS: dict[Step, Callable[[ServiceContext, str, str], None]] = {
 }
 
 
+# Rows that need no step whatever else they hold (`plan_step` says NONE for each):
+# where they should be, or waiting for the placement pass. At fleet scale they
+# are nearly all rows; the scan leaves them in the database.
+_SETTLED = or_(
+    and_(InstanceModel.status == S.RUNNING, InstanceModel.desired_state == DesiredState.RUNNING),
+    and_(
+        InstanceModel.status.in_((S.STOPPED, S.FAILED)),
+        InstanceModel.desired_state == DesiredState.STOPPED,
+    ),
+    and_(
+        InstanceModel.status.in_((S.PENDING, S.STARTING, S.MIGRATING)),
+        InstanceModel.desired_state == DesiredState.RUNNING,
+        InstanceModel.placed.is_(False),
+    ),
+    InstanceModel.status == S.DELETED,
+)
+
+
 def active_instance_ids(session: Session) -> list[str]:
     """Rows that are not where they should be and need a step (not placement)."""
     rows = session.execute(
@@ -429,7 +447,7 @@ def active_instance_ids(session: Session) -> list[str]:
             InstanceModel.desired_state,
             InstanceModel.placed,
         )
-        .where(InstanceModel.status != S.DELETED)
+        .where(not_(_SETTLED))
         .order_by(InstanceModel.queued_at)
     ).all()
     return [

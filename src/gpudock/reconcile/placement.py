@@ -39,6 +39,7 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet.builds import host_builds
 from gpudock.services.fleet.inventory import capacity_snapshot
+from gpudock.services.fleet.shape import fleet_shape
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import queue
 from gpudock.services.instances.status import switch_instance_status
@@ -63,11 +64,12 @@ class PlacementState:
         self.tried: dict[str, datetime] = {}
         self.warm = False
 
-    def sync(self, session: Session) -> None:
+    def sync(self, ctx: ServiceContext, session: Session) -> None:
         if not self.warm:
             _warm_up(session, self.placer)
             self.warm = True
-        self.placer.sync(host_builds(session), capacity_snapshot(session))
+        shape = fleet_shape(ctx, session)
+        self.placer.sync(host_builds(shape), capacity_snapshot(session, shape))
 
     def arrives(self, instance: InstanceModel) -> bool:
         """Is this the instance's first try since it was queued?"""
@@ -93,7 +95,7 @@ def place_waiting(ctx: ServiceContext, state: PlacementState | None = None) -> N
         if not waiting:
             state.tried.clear()
             return
-        state.sync(session)
+        state.sync(ctx, session)
     placer = state.placer
     # Which hosts can run an image on a model does not change within a pass: asked
     # once per (image, model), not once per waiting instance.
@@ -120,7 +122,7 @@ def place_waiting(ctx: ServiceContext, state: PlacementState | None = None) -> N
             ctx.crash_point("after_placement")
         else:
             with ctx.reader() as session:
-                state.sync(session)
+                state.sync(ctx, session)
     state.tried = {i.id: state.tried[i.id] for i in waiting if i.id in state.tried}
 
 

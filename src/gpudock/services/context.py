@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar, cast
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,9 +19,30 @@ from gpudock.runtime.calls import InstanceScope
 from gpudock.runtime.link import HostRuntimes
 from gpudock.settings import Settings
 
+T = TypeVar("T")
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class Memo:
+    """What a process keeps between requests and passes, one object of each kind,
+    made on first use. Each kind lives beside what it caches and says what
+    invalidates it (`services.fleet.shape`, `services.accounts.tokens`); kept
+    here, one per context, so that two platforms in one process (tests) never
+    share a copy, and no domain has to import another's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: dict[type, object] = {}
+
+    def get(self, kind: type[T]) -> T:
+        with self._lock:
+            made = self._made.get(kind)
+            if made is None:
+                made = self._made[kind] = kind()
+        return cast(T, made)
 
 
 @dataclass
@@ -38,6 +61,7 @@ class ServiceContext:
     pass_durations: dict[str, float] = field(default_factory=dict)
     """Seconds each background pass took the last time it ran (the reconciler
     writes it, Prometheus reads it)."""
+    memo: Memo = field(default_factory=Memo)
     hosts: HostRuntimes | None = None
     """Agent hosts' runtimes (the platform makes it; the agent gateway attaches
     each link). None: every host is on `runtime`."""

@@ -150,8 +150,8 @@ def list_instances(ctx: Context, user: CurrentUser, lang: Language) -> list[Inst
 
 @router.get("/{instance_id}", response_model=InstancePublic, responses=SHOW)
 def show(ctx: Context, user: CurrentUser, lang: Language, instance_id: str) -> InstancePublic:
-    instance = instances.get_instance(ctx, user, instance_id)
-    return _public(ctx, instances.view(ctx, instance), lang, queue.queue_position(ctx, instance))
+    shown = instances.show_view(ctx, user, instance_id)
+    return _public(ctx, shown, lang, queue.queue_position(ctx, shown.instance))
 
 
 @router.post(

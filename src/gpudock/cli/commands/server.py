@@ -101,7 +101,13 @@ def _run(settings: Settings) -> None:
 
     staged = StagedApp(load, service_domain=settings.service_domain)
     server = uvicorn.Server(
-        uvicorn.Config(staged, host=settings.host, port=settings.port, log_level="info")
+        uvicorn.Config(
+            staged,
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            access_log=settings.access_log,
+        )
     )
     staged.on_failure = lambda _exc: setattr(server, "should_exit", True)
     try:

@@ -36,6 +36,7 @@ from gpudock.db.models import (
 )
 from gpudock.errors import Conflict, Forbidden, NotFound, Unauthenticated
 from gpudock.messages import Message
+from gpudock.services.accounts.token_cache import TokenCache
 from gpudock.services.billing import postings as ledger
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import status as instance_status
@@ -186,6 +187,7 @@ def disable_user(
                 session, i, Message("{reason}; data kept", reason=note), now
             )
         ]
+    ctx.memo.get(TokenCache).forget_all()  # committed: the user's tokens stop at once here
     ctx.wake_reconciler()
     return StateChange(user=user, instances=stopped)
 
@@ -196,6 +198,7 @@ def enable_user(ctx: ServiceContext, admin: UserModel, name: str) -> UserModel:
         user = _load(session, name)
         if user.state != UserState.ACTIVE:
             switch_user_state(session, user, UserState.ACTIVE, "", ctx.clock())
+    ctx.memo.get(TokenCache).forget_all()  # committed: the user's tokens work again at once
     return user
 
 
@@ -224,6 +227,7 @@ def delete_user(ctx: ServiceContext, admin: UserModel, name: str, *, force: bool
             .order_by(ImageModel.reference)
         )
         private_images = list(images)
+    ctx.memo.get(TokenCache).forget_all()  # committed: the user's tokens stop at once here
     ctx.wake_reconciler()
     change = StateChange(user=user, instances=[i.id for i in live])
     return Deletion(change=change, balance=balance, private_images=private_images)

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,7 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import ApiTokenModel, UserModel
 from gpudock.errors import Conflict, InvalidRequest, NotFound, Unauthenticated
 from gpudock.services.accounts import states as user_states
+from gpudock.services.accounts.token_cache import KnownToken, TokenCache, TokenFacts
 from gpudock.services.context import ServiceContext
 from gpudock.syntax import DURATION_PATTERN, TOKEN_NAME_PATTERN
 
@@ -92,7 +94,7 @@ def _when(value: datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def token_state(token: ApiTokenModel, now: datetime) -> TokenState:
+def token_state(token: ApiTokenModel | TokenFacts, now: datetime) -> TokenState:
     """Expired wins over revoked when it came first (a name reused after expiry)."""
     expired_at = token.expires_at if token.expires_at and token.expires_at <= now else None
     if token.revoked_at is not None and (expired_at is None or token.revoked_at < expired_at):
@@ -103,10 +105,25 @@ def token_state(token: ApiTokenModel, now: datetime) -> TokenState:
 # -- authentication ------------------------------------------------------------------------
 def authenticate(ctx: ServiceContext, token: str | None) -> Caller:
     """The token's user, if the token is known, unexpired and unrevoked and the
-    user active; else Unauthenticated (or AccountDisabled) saying which."""
+    user active; else Unauthenticated (or AccountDisabled) saying which. The row
+    is read at most once per `GPUDOCK_TOKEN_CACHE_S` (`token_cache`)."""
     if not token or not token.startswith(TOKEN_PREFIX) or len(token) > MAX_TOKEN_LENGTH:
         raise Unauthenticated("missing or malformed API token: send 'Authorization: Bearer gpd_…'")
     digest = hash_token(token)
+    cache = ctx.memo.get(TokenCache)
+    known = cache.recall(digest, ctx.settings.token_cache_s)
+    if known is None:
+        known = _read_token(ctx, digest, cache)
+    now = ctx.clock()
+    _check_usable(known.facts, known.user, now)
+    if known.last_used_at is None or known.last_used_at <= now - LAST_USED_RESOLUTION:
+        _record_use(ctx, known.facts.id, now)
+        known.last_used_at = now
+    return Caller(user=known.user, token_id=known.facts.id)
+
+
+def _read_token(ctx: ServiceContext, digest: str, cache: TokenCache) -> KnownToken:
+    epoch = cache.epoch()
     with ctx.reader() as session:
         row = session.execute(
             select(ApiTokenModel, UserModel)
@@ -117,14 +134,14 @@ def authenticate(ctx: ServiceContext, token: str | None) -> Caller:
             raise Unauthenticated("unknown API token: check GPUDOCK_TOKEN or `gpudock login`")
         found, user = row
         session.expunge_all()
-    now = ctx.clock()
-    _check_usable(found, user, now)
-    if found.last_used_at is None or found.last_used_at <= now - LAST_USED_RESOLUTION:
-        _record_use(ctx, found.id, now)
-    return Caller(user=user, token_id=found.id)
+    facts = TokenFacts(found.id, found.name, found.expires_at, found.revoked_at)
+    known = KnownToken(facts, user, found.last_used_at, time.monotonic())
+    if ctx.settings.token_cache_s > 0:
+        cache.remember(digest, known, epoch)
+    return known
 
 
-def _check_usable(token: ApiTokenModel, user: UserModel, now: datetime) -> None:
+def _check_usable(token: TokenFacts, user: UserModel, now: datetime) -> None:
     user_states.check_not_deleted(user)
     state = token_state(token, now)
     if state == TokenState.EXPIRED:
@@ -284,4 +301,5 @@ def revoke_token(ctx: ServiceContext, user: UserModel, ref: str) -> TokenView:
         if row is None:
             raise NotFound(f"no token {ref[:64]!r}: `gpudock tokens list` shows yours")
         row.revoked_at = now
+    ctx.memo.get(TokenCache).forget_all()  # committed: no request after this meets the row
     return TokenView(row, token_state(row, now))

@@ -25,9 +25,10 @@ from gpudock.db.models import (
 )
 from gpudock.errors import GpudockError
 from gpudock.gpu.base import HostInfo
-from gpudock.scheduler.placement import WHOLE_MILLI, GpuSlot, HostCapacity, SharedGpu
+from gpudock.scheduler.placement import WHOLE_MILLI, HostCapacity, SharedGpu
 from gpudock.services.billing import intervals as metering
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet.shape import FleetShape, HostShape, fleet_shape, load_shape
 
 log = logging.getLogger(__name__)
 
@@ -183,23 +184,31 @@ def list_hosts(ctx: ServiceContext) -> list[HostModel]:
         )
 
 
-def capacity_snapshot(session: Session) -> list[HostCapacity]:
-    """Free CPU, memory and healthy unallocated GPUs per present host that takes
-    new instances (an agent host that is draining does not), with its labels.
+def current_capacity(ctx: ServiceContext, session: Session) -> list[HostCapacity]:
+    """`capacity_snapshot` over the server's copy of the fleet's shape."""
+    return capacity_snapshot(session, fleet_shape(ctx, session))
 
-    Read as plain columns and sums, not as ORM objects: the placement pass
-    takes one per pass, and at thousands of GPUs and instances loading each
-    GPU with its allocation and shares cost most of the pass."""
-    closed = select(AgentHostModel.id).where(AgentHostModel.state != AgentHostState.ACTIVE)
-    labels = {
-        host_id: frozenset(json.loads(text).items())
-        for host_id, text in session.execute(select(AgentHostModel.id, AgentHostModel.labels))
-    }
-    hosts = session.execute(
-        select(HostModel.id, HostModel.cpus, HostModel.memory_gb).where(
-            HostModel.present.is_(True), HostModel.id.not_in(closed)
-        )
-    ).all()
+
+def capacity_snapshot(session: Session, shape: FleetShape | None = None) -> list[HostCapacity]:
+    """Free CPU, memory and healthy unallocated GPUs per present host that takes
+    new instances (an agent host that is pending or draining does not), with its
+    labels.
+
+    `shape`: the fleet as the server keeps it (`shape.fleet_shape`); None reads
+    it here. Only what moves by the second is read each time, as plain columns
+    and sums: the CPUs and memory placed instances hold per host, the GPUs held
+    whole and the milli-GPU held in shares — and the agent hosts' state and
+    labels (one small row per agent host, written outside `hosts`, so outside
+    what moves the shape's generation)."""
+    shape = shape or load_shape(session)
+    closed: set[str] = set()
+    labels: dict[str, frozenset[tuple[str, str]]] = {}
+    for host_id, state, text in session.execute(
+        select(AgentHostModel.id, AgentHostModel.state, AgentHostModel.labels)
+    ):
+        if state != AgentHostState.ACTIVE:
+            closed.add(host_id)
+        labels[host_id] = frozenset(json.loads(text).items())
     used = {
         host_id: (float(cpu or 0), float(memory or 0))
         for host_id, cpu, memory in session.execute(
@@ -214,48 +223,45 @@ def capacity_snapshot(session: Session) -> list[HostCapacity]:
     }
     whole = set(session.scalars(select(GpuAllocationModel.gpu_id)))
     shared = {
-        gpu_id: milli
+        gpu_id: int(milli or 0)
         for gpu_id, milli in session.execute(
             select(GpuShareModel.gpu_id, func.sum(GpuShareModel.milli)).group_by(
                 GpuShareModel.gpu_id
             )
         )
     }
-    gpus: defaultdict[str, list[tuple[GpuSlot, bool, int]]] = defaultdict(list)
-    columns = (
-        GpuDeviceModel.host_id,
-        GpuDeviceModel.id,
-        GpuDeviceModel.model,
-        GpuDeviceModel.index,
-    )
-    rows = session.execute(
-        select(
-            *columns, GpuDeviceModel.numa_node, GpuDeviceModel.nvlink_peers, GpuDeviceModel.state
-        )
-        .where(GpuDeviceModel.present.is_(True))
-        .order_by(GpuDeviceModel.host_id, GpuDeviceModel.index)
-    )
-    for host_id, gpu_id, model, index, numa_node, nvlink_peers, state in rows:
-        peers = frozenset(p for p in nvlink_peers.split(",") if p)
-        slot = GpuSlot(gpu_id, model, index, numa_node, peers)
-        usable = state == GpuState.HEALTHY and gpu_id not in whole
-        gpus[host_id].append((slot, usable, int(shared.get(gpu_id) or 0)))
     return [
-        HostCapacity(
-            host_id=host_id,
-            free_cpus=cpus - used.get(host_id, (0.0, 0.0))[0],
-            free_memory_gb=memory - used.get(host_id, (0.0, 0.0))[1],
-            free_gpus=tuple(slot for slot, usable, milli in gpus[host_id] if usable and not milli),
-            gpu_models=frozenset(slot.model for slot, _usable, _milli in gpus[host_id]),
-            shared_gpus=tuple(
-                SharedGpu(slot, WHOLE_MILLI - milli)
-                for slot, usable, milli in gpus[host_id]
-                if usable and milli and WHOLE_MILLI - milli > 0
-            ),
-            labels=labels.get(host_id, frozenset()),
-        )
-        for host_id, cpus, memory in hosts
+        _capacity(host, used.get(host.id, (0.0, 0.0)), whole, shared, labels)
+        for host in shape.hosts
+        if host.id not in closed
     ]
+
+
+def _capacity(
+    host: HostShape,
+    used: tuple[float, float],
+    whole: set[str],
+    shared: dict[str, int],
+    labels: dict[str, frozenset[tuple[str, str]]],
+) -> HostCapacity:
+    usable = [
+        (gpu.slot, shared.get(gpu.slot.uuid, 0))
+        for gpu in host.gpus
+        if gpu.state == GpuState.HEALTHY and gpu.slot.uuid not in whole
+    ]
+    return HostCapacity(
+        host_id=host.id,
+        free_cpus=host.cpus - used[0],
+        free_memory_gb=host.memory_gb - used[1],
+        free_gpus=tuple(slot for slot, milli in usable if not milli),
+        gpu_models=frozenset(gpu.slot.model for gpu in host.gpus),
+        shared_gpus=tuple(
+            SharedGpu(slot, WHOLE_MILLI - milli)
+            for slot, milli in usable
+            if milli and WHOLE_MILLI - milli > 0
+        ),
+        labels=labels.get(host.id, frozenset()),
+    )
 
 
 def allocated_gpu_ids(session: Session, instance_id: str) -> list[str]:

@@ -19,8 +19,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
-    GpuDeviceModel,
-    HostModel,
     ImageModel,
     InstanceModel,
     InstanceStatus,
@@ -41,6 +39,7 @@ from gpudock.images.catalog import (
 from gpudock.messages import Message, joined
 from gpudock.runtime.base import LABEL_OWNER, Runtime
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet.shape import FleetShape, fleet_shape
 from gpudock.services.images import access as image_access
 
 _LOCAL_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[\w][\w.-]{0,127})?$")
@@ -127,17 +126,18 @@ class Target:
     drivers: dict[str, str]  # host id → driver version
 
 
-def targets(session: Session) -> list[Target]:
-    rows = session.execute(
-        select(GpuDeviceModel.model, HostModel.id, HostModel.driver_version)
-        .join(HostModel, HostModel.id == GpuDeviceModel.host_id)
-        .where(GpuDeviceModel.present.is_(True), HostModel.present.is_(True))
-        .distinct()
-    ).all()
+def targets(fleet: FleetShape) -> list[Target]:
     drivers: dict[str, dict[str, str]] = {}
-    for model, host_id, driver in rows:
-        drivers.setdefault(model, {})[host_id] = driver
+    for host in fleet.hosts:
+        for gpu in host.gpus:
+            drivers.setdefault(gpu.slot.model, {})[host.id] = host.driver_version
     return [Target(m, compat.compute_capability(m), d) for m, d in sorted(drivers.items())]
+
+
+def fleet_targets(ctx: ServiceContext) -> list[Target]:
+    """The fleet's GPU models with their hosts' drivers, from the server's kept shape."""
+    with ctx.reader() as session:
+        return targets(fleet_shape(ctx, session))
 
 
 def runs_on(spec: ImageSpec, target: Target) -> compat.Verdict:
@@ -153,8 +153,7 @@ def runnable_hosts(ctx: ServiceContext, image: str, gpu_model: str | None) -> fr
     spec = find_image(ctx, None, image)
     if spec is None or gpu_model is None or spec.cuda is None:
         return None
-    with ctx.reader() as session:
-        target = next((t for t in targets(session) if t.model == gpu_model), None)
+    target = next((t for t in fleet_targets(ctx) if t.model == gpu_model), None)
     if target is None:
         return None
     return frozenset(h for h, d in target.drivers.items() if spec.verdict(d, target.cc).ok)
@@ -172,8 +171,7 @@ def preflight(
     spec = find_image(ctx, user, image)
     if spec is None or gpu_model is None:
         return None
-    with ctx.reader() as session:
-        fleet = targets(session)
+    fleet = fleet_targets(ctx)
     target = next((t for t in fleet if t.model == gpu_model), None)
     if target is None:
         return None  # unknown model: sizing says so
@@ -403,8 +401,7 @@ def compatibility_table(
 ) -> dict[str, dict[str, str]]:
     """reference → {GPU model → 'ok', 'unknown: <what was not checked>', or the
     reason it cannot run}."""
-    with ctx.reader() as session:
-        fleet = targets(session)
+    fleet = fleet_targets(ctx)
     table: dict[str, dict[str, str]] = {}
     for spec in specs:
         table[spec.reference] = {}

@@ -28,10 +28,11 @@ from gpudock.db.models import (
     UserModel,
     UserState,
 )
-from gpudock.errors import Conflict, GpudockError, InvalidRequest, NotFound
+from gpudock.errors import Conflict, InvalidRequest, NotFound
 from gpudock.messages import Message
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet.shape import fleet_shape
 from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import auto_stop, job_command, labels, published, sizing
@@ -167,26 +168,17 @@ def _encode_env(env: dict[str, str]) -> str:
 
 def _size(ctx: ServiceContext, request: InstanceRequest) -> sizing.Size:
     """The request's sizes, read before the create's transaction: hosts and their
-    GPUs are the fleet's configuration, and on SQLite every read inside a write
-    transaction holds the one write lock (a create takes exactly one). A host
-    must carry the labels it asks for and be able to hold it."""
+    GPUs are the fleet's configuration (the server's kept copy of it), and on
+    SQLite every read inside a write transaction holds the one write lock (a
+    create takes exactly one). A host must carry the labels it asks for and be
+    able to hold it."""
     with ctx.reader() as session:
-        simulated = sizing.simulated_fleet(session)
-    ceiling = _cpu_ceiling(ctx) if simulated else None  # an engine call: no session open
-    with ctx.reader() as session:
+        fleet = fleet_shape(ctx, session)
+    ceiling = ctx.memo.get(sizing.EngineCpus).ceiling(ctx) if fleet.simulated else None
+    with ctx.reader() as session:  # no session open across the engine call above
         models = tuple(m for m in dict.fromkeys((request.gpu_model, *request.gpu_models)) if m)
         labels.check_host_labels(session, request.host_labels, models, request.gpu_count)
-        return sizing.resolve_size(session, ctx.settings, request, ceiling)
-
-
-def _cpu_ceiling(ctx: ServiceContext) -> float | None:
-    """A simulated fleet runs every container on this one engine, which gives none
-    more CPUs than it has (the Docker adapter holds `nano_cpus` to that): the
-    instance records that limit, not the simulated host's share."""
-    try:
-        return float(ctx.runtime.engine_info().cpus)
-    except GpudockError:
-        return None  # sized as simulated; the container is held at start anyway
+        return sizing.resolve_size(fleet, session, ctx.settings, request, ceiling)
 
 
 def _check_name(name: str) -> None:
@@ -221,7 +213,8 @@ def request_problems(
             if "name" not in problems:
                 check("name", lambda: _check_name_free(session, user, request.name or ""))
         sized = replace(request, disk_gb=None)
-        check("gpu_count", lambda: sizing.resolve_size(session, ctx.settings, sized))
+        fleet = fleet_shape(ctx, session)
+        check("gpu_count", lambda: sizing.resolve_size(fleet, session, ctx.settings, sized))
         check("disk_gb", lambda: sizing.check_disk(request.disk_gb, ctx.settings))
 
     def image_fits() -> None:  # a catalog verdict first: it says more than "cannot pull"
@@ -307,28 +300,40 @@ class InstanceView:
 
 
 def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceView]:
-    """Instances with their allocated GPUs and host names, in three queries."""
-    ids = [i.id for i in instances]
+    """Instances with their allocated GPUs and host names, in one read transaction."""
     with ctx.reader() as session:
-        card_mb = dict(
-            session.execute(
-                select(GpuShareModel.instance_id, GpuDeviceModel.memory_mb)
-                .join(GpuDeviceModel, GpuDeviceModel.id == GpuShareModel.gpu_id)
-                .where(GpuShareModel.instance_id.in_(ids))
-            ).all()
-        )
-        rows = session.execute(
-            select(GpuAllocationModel.instance_id, GpuAllocationModel.gpu_id)
-            .where(GpuAllocationModel.instance_id.in_(ids))
-            .union_all(
-                select(GpuShareModel.instance_id, GpuShareModel.gpu_id).where(
-                    GpuShareModel.instance_id.in_(ids)
-                )
-            )
-            .order_by("gpu_id")
+        return _views(ctx, session, instances)
+
+
+def show_view(ctx: ServiceContext, user: UserModel, ref: str) -> InstanceView:
+    """`get_instance` and `view` in one read transaction."""
+    with ctx.reader() as session:
+        return _views(ctx, session, [_load(session, user, ref)])[0]
+
+
+def _views(
+    ctx: ServiceContext, session: Session, instances: list[InstanceModel]
+) -> list[InstanceView]:
+    ids = [i.id for i in instances]
+    card_mb = dict(
+        session.execute(
+            select(GpuShareModel.instance_id, GpuDeviceModel.memory_mb)
+            .join(GpuDeviceModel, GpuDeviceModel.id == GpuShareModel.gpu_id)
+            .where(GpuShareModel.instance_id.in_(ids))
         ).all()
-        host_names = dict(session.execute(select(HostModel.id, HostModel.name)).all())
-        policies = auto_stop.policies(session, ids)
+    )
+    rows = session.execute(
+        select(GpuAllocationModel.instance_id, GpuAllocationModel.gpu_id)
+        .where(GpuAllocationModel.instance_id.in_(ids))
+        .union_all(
+            select(GpuShareModel.instance_id, GpuShareModel.gpu_id).where(
+                GpuShareModel.instance_id.in_(ids)
+            )
+        )
+        .order_by("gpu_id")
+    ).all()
+    host_names = _host_names(ctx, session, {i.host_id for i in instances if i.host_id})
+    policies = auto_stop.policies(session, ids)
     gpus: dict[str, list[str]] = {i: [] for i in ids}
     for instance_id, gpu_id in rows:
         gpus[instance_id].append(gpu_id)
@@ -342,6 +347,16 @@ def views(ctx: ServiceContext, instances: list[InstanceModel]) -> list[InstanceV
         )
         for i in instances
     ]
+
+
+def _host_names(ctx: ServiceContext, session: Session, host_ids: set[str]) -> dict[str, str]:
+    """From the kept fleet shape; a host no longer present is read by its id."""
+    names = {h.id: h.name for h in fleet_shape(ctx, session).hosts if h.id in host_ids}
+    gone = host_ids - names.keys()
+    if gone:
+        query = select(HostModel.id, HostModel.name).where(HostModel.id.in_(gone))
+        names.update((host_id, name) for host_id, name in session.execute(query))
+    return names
 
 
 def _share_memory(instance: InstanceModel, card_mb: int | None) -> int | None:

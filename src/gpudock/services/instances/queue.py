@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from gpudock.db.models import DesiredState, InstanceModel, InstanceStatus
 from gpudock.scheduler.placement import PlacementRequest, place
 from gpudock.services.context import ServiceContext
-from gpudock.services.fleet.inventory import capacity_snapshot
+from gpudock.services.fleet.inventory import current_capacity
 
 S = InstanceStatus
 WAITING = (S.PENDING, S.STARTING, S.MIGRATING)  # unplaced rows the placement pass serves
@@ -42,6 +42,15 @@ def waiting_in_order(session: Session) -> list[InstanceModel]:
             )
             .order_by(InstanceModel.queued_at, InstanceModel.id)
         )
+    )
+
+
+def is_waiting(instance: InstanceModel) -> bool:
+    """Whether the row, as read, is in the queue `waiting_in_order` reads."""
+    return (
+        instance.desired_state == DesiredState.RUNNING
+        and not instance.placed
+        and instance.status in WAITING
     )
 
 
@@ -71,7 +80,10 @@ class QueuePosition:
 
 
 def queue_position(ctx: ServiceContext, instance: InstanceModel) -> QueuePosition | None:
-    """Where a waiting instance stands; None when it does not wait for placement."""
+    """Where a waiting instance stands; None when it does not wait for placement
+    (as `instance` was read: the queue is not read at all then)."""
+    if not is_waiting(instance):
+        return None
     with ctx.reader() as session:
         queue = waiting_in_order(session)
         mine = next((i for i in queue if i.id == instance.id), None)
@@ -82,7 +94,7 @@ def queue_position(ctx: ServiceContext, instance: InstanceModel) -> QueuePositio
         request = placement_request(mine)
         if mine.stay_on_host and mine.host_id is not None:  # --stay: its own host only
             request = replace(request, allowed_hosts=frozenset({mine.host_id}))
-        fits_now = place(capacity_snapshot(session), request) is not None
+        fits_now = place(current_capacity(ctx, session), request) is not None
     estimate = WAIT_SOON if position == 1 and fits_now else WAIT_UNKNOWN
     return QueuePosition(position, len(rivals), mine.status_reason, estimate)
 

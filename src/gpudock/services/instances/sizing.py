@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import time
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Protocol
@@ -11,10 +11,11 @@ from typing import Protocol
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpudock.db.models import GpuDeviceModel, HostModel
-from gpudock.errors import InvalidRequest
+from gpudock.db.models import GpuDeviceModel
+from gpudock.errors import GpudockError, InvalidRequest
 from gpudock.messages import Message
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet.shape import FleetShape
 from gpudock.settings import Settings
 
 MILLI_PER_GPU = 1000
@@ -77,59 +78,51 @@ class _HostShape:
     gpus: int
 
 
-def _shapes(session: Session, model: str | None) -> list[_HostShape]:
-    rows = session.execute(
-        select(HostModel.id, HostModel.cpus, HostModel.memory_gb, GpuDeviceModel.model)
-        .join(GpuDeviceModel, GpuDeviceModel.host_id == HostModel.id, isouter=True)
-        .where(HostModel.present.is_(True))
-    ).all()
-    hosts: dict[str, _HostShape] = {}
-    counts: dict[str, int] = defaultdict(int)
-    for host_id, cpus, memory_gb, gpu_model in rows:
-        if model is None or gpu_model == model:
-            hosts[host_id] = _HostShape(cpus, memory_gb, 0)
-            counts[host_id] += int(gpu_model is not None and gpu_model == model)
-    return [_HostShape(h.cpus, h.memory_gb, counts[k]) for k, h in hosts.items()]
-
-
-def simulated_fleet(session: Session) -> bool:
-    return bool(session.scalar(select(HostModel.id).where(HostModel.simulated.is_(True)).limit(1)))
-
-
-def known_models(session: Session) -> list[str]:
-    return sorted(
-        set(session.scalars(select(GpuDeviceModel.model).where(GpuDeviceModel.present.is_(True))))
-    )
+def _shapes(fleet: FleetShape, model: str | None) -> list[_HostShape]:
+    """Present hosts with their count of `model`'s GPUs; those without one left
+    out, unless `model` is None (every host, GPUs not counted)."""
+    shapes = []
+    for host in fleet.hosts:
+        count = sum(1 for gpu in host.gpus if gpu.slot.model == model)
+        if model is None or count:
+            shapes.append(_HostShape(host.cpus, host.memory_gb, count))
+    return shapes
 
 
 def resolve_size(
-    session: Session, settings: Settings, request: SizeRequest, cpu_ceiling: float | None = None
+    fleet: FleetShape,
+    session: Session,
+    settings: Settings,
+    request: SizeRequest,
+    cpu_ceiling: float | None = None,
 ) -> Size:
     """The instance's sizes (defaults filled in), or `InvalidRequest` for one
     that no host could ever hold, saying the largest that fits: hosts of any
     accepted model count. `cpu_ceiling`: the most CPUs a container can be given
     (a simulated fleet's engine), so that the CPU figure is the limit enforced."""
-    size = _resolve_size(session, settings, request)
+    size = _resolve_size(fleet, session, settings, request)
     if cpu_ceiling is not None and size.cpu > cpu_ceiling:
         return replace(size, cpu=float(cpu_ceiling))
     return size
 
 
-def _resolve_size(session: Session, settings: Settings, request: SizeRequest) -> Size:
+def _resolve_size(
+    fleet: FleetShape, session: Session, settings: Settings, request: SizeRequest
+) -> Size:
     if request.gpu_count > 0 and request.gpu_model is None:
         raise InvalidRequest("gpu_model is required when gpu_count > 0", field="gpu_model")
     models = [m for m in dict.fromkeys((request.gpu_model, *request.gpu_models)) if m]
     for model in models:
-        if not any(s.gpus for s in _shapes(session, model)):
+        if not any(s.gpus for s in _shapes(fleet, model)):
             raise InvalidRequest(
                 Message(
                     "unknown GPU model {model}; available: {models}",
                     model=repr(model),
-                    models=", ".join(known_models(session)) or Message("none"),
+                    models=", ".join(sorted(fleet.models)) or Message("none"),
                 ),
                 field="gpu_model",
             )
-    shapes = [s for m in models for s in _shapes(session, m)] or _shapes(session, None)
+    shapes = [s for m in models for s in _shapes(fleet, m)] or _shapes(fleet, None)
     share = share_milli(session, request)
     if share is not None:
         return _share_size(settings, request, shapes, share)
@@ -276,3 +269,26 @@ def _share_size(
         system_disk_gb=_check_system_disk(request.system_disk_gb, settings),
         gpu_share_milli=milli,
     )
+
+
+class EngineCpus:
+    """A simulated fleet runs every container on this one engine, which gives none
+    more CPUs than it has (the Docker adapter holds `nano_cpus` to that): the
+    instance records that limit, not the simulated host's share. The engine's
+    count is asked once a minute, not on every create (an engine round trip)."""
+
+    TTL_S = 60.0
+
+    def __init__(self) -> None:
+        self._cpus: float | None = None
+        self._asked_at = -math.inf
+
+    def ceiling(self, ctx: ServiceContext) -> float | None:
+        if self._cpus is not None and time.monotonic() - self._asked_at < self.TTL_S:
+            return self._cpus
+        try:
+            cpus = float(ctx.runtime.engine_info().cpus)
+        except GpudockError:
+            return None  # sized as simulated; the container is held at start anyway
+        self._cpus, self._asked_at = cpus, time.monotonic()
+        return cpus
