@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import asyncssh
 
 from gpudock.agentgw.commands import CommandChannel, ThreadBridge
+from gpudock.agentgw.ports import PortChannels
 from gpudock.agentgw.streams import ExecChannels
 from gpudock.errors import GpudockError
 from gpudock.link import keys, wire
@@ -45,11 +46,13 @@ STOP_DEADLINE_S = 5.0
 class _Attached:
     channel: CommandChannel
     execs: ExecChannels
+    ports: PortChannels
     bridge: ThreadBridge
 
     def close(self) -> None:
         self.channel.close()
         self.execs.close()
+        self.ports.close()
 
 
 class _LinkClient(asyncssh.SSHClient):
@@ -173,10 +176,11 @@ class AgentGateway:
         """The host's runtime calls go over a command session on this link from now on."""
         channel = await CommandChannel.open(conn, host.name)
         execs = ExecChannels(conn, host.id, host.name)
-        bridge = ThreadBridge(channel, execs, asyncio.get_running_loop())
+        ports = PortChannels(conn, host.name)
+        bridge = ThreadBridge(channel, execs, ports, asyncio.get_running_loop())
         if self.ctx.hosts is not None:
             self.ctx.hosts.attach(host.id, host.name, bridge)
-        return _Attached(channel, execs, bridge)
+        return _Attached(channel, execs, ports, bridge)
 
     def _detach_commands(self, host: AgentHost | None, attached: _Attached) -> None:
         if host is not None and self.ctx.hosts is not None:
