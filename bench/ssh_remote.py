@@ -100,12 +100,13 @@ def _instance_on_host(cluster: Cluster, key: Path) -> tuple[str, str, int]:
     its CPUs; (instance id, container id, gateway port)."""
     with cluster.server.client() as admin:
         token = admin.post("/users", json={"name": "bench"}).json()["token"]
-        cpus = max(h["cpus"] for h in admin.get("/hosts").json())
+        cpus = next(h["cpus"] for h in admin.get("/hosts").json() if h["name"] == HOST)
     with cluster.server.client(token) as user:
         post_with_proof(user, key, prefix="").raise_for_status()
         body = {"name": "bench", "gpu_model": "H200-140GB", "gpu_count": 1, "cpu": cpus}
         created = user.post("/instances", json=body)
-        created.raise_for_status()
+        if created.status_code != 201:
+            raise BenchError(f"creating the instance failed: {created.text}")
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             shown = user.get(f"/instances/{created.json()['id']}").json()

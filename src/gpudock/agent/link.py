@@ -31,7 +31,7 @@ from gpudock.agent.commands import CommandServer, Generations
 from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.state import Enrollment, LinkAddress, agent_key, save_enrollment
-from gpudock.link import keys, wire
+from gpudock.link import keys, tuning, wire
 from gpudock.link.tokens import JoinToken
 from gpudock.runtime import calls
 from gpudock.runtime.link_ports import PORT_COMMAND
@@ -161,6 +161,7 @@ class Agent:
                 login_timeout=LOGIN_TIMEOUT_S,
                 keepalive_interval=LOGIN_TIMEOUT_S,
                 keepalive_count_max=3,
+                **tuning.connection_options(),
             )
             with contextlib.suppress(asyncssh.Error, OSError):
                 await conn.wait_closed()

@@ -31,7 +31,7 @@ from gpudock.agentgw.commands import CommandChannel, ThreadBridge
 from gpudock.agentgw.ports import PortChannels
 from gpudock.agentgw.streams import ExecChannels
 from gpudock.errors import GpudockError
-from gpudock.link import keys, wire
+from gpudock.link import keys, tuning, wire
 from gpudock.services.agents import enrollment, links, server_key
 from gpudock.services.agents.hosts import AgentHost
 from gpudock.services.context import ServiceContext
@@ -118,6 +118,7 @@ class AgentGateway:
             login_timeout=settings.agent_link_timeout_s,
             keepalive_interval=settings.agent_link_timeout_s,
             keepalive_count_max=3,
+            **tuning.connection_options(),
         )
         if settings.agent_link_port != self.port:
             settings.agent_link_port = self.port  # so that join commands name the real port
