@@ -49,6 +49,9 @@ class PortChannels:
             raise RuntimeFailure(
                 f"host {self._host_name}: the agent did not connect to port {request.port} ({exc})"
             ) from exc
+        except BaseException:  # cancelled: the caller gave up waiting
+            process.close()
+            raise
         if not opened.ok:
             process.close()
             raise error_for(CallError(code=opened.code or "", message=opened.message))
