@@ -337,8 +337,8 @@ def test_liveness_and_garbage_collection_act_on_the_agent_hosts_engine(
 def test_every_runtime_method_is_a_call_over_the_link_or_named_as_not_one() -> None:
     protocol = {name for name in vars(Runtime) if not name.startswith("_")}
     assert set(calls.METHODS) <= protocol
-    # Exec streams have channels of their own; builds, port sockets and host PIDs
-    # do not cross the link.
+    # Exec streams and port sockets have channels of their own; builds and host
+    # PIDs do not cross the link.
     not_calls = protocol - set(calls.METHODS)
     assert not_calls == {
         "build_image",

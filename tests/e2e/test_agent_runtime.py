@@ -107,6 +107,34 @@ def _deleted(user: httpx.Client, instance_id: str) -> None:
     wait_for(gone, f"instance {instance_id} deleted", deadline_s=120)
 
 
+WEB_SERVER = "cd /root/data && exec python3 -m http.server --bind 127.0.0.1 8000"
+WEB_OPEN = "import socket; socket.create_connection(('127.0.0.1', 8000), 1).close()"
+
+
+def _service_url_answers(
+    cluster: Cluster, user: httpx.Client, container: Any, instance_id: str
+) -> None:
+    """A service URL on the server reaches a server on the instance's loopback
+    on the NATed host: the proxy's connection crosses the host's link."""
+    page = hashlib.sha256(b"page").hexdigest().encode() * 4096  # 256 KiB: many windows
+    write = f"open('/root/data/page.txt', 'wb').write({page[:64]!r} * 4096)"
+    put = container.exec_run(["python3", "-c", write])
+    assert put.exit_code == 0, put.output
+    container.exec_run(["sh", "-c", WEB_SERVER], detach=True)
+    wait_for(lambda: container.exec_run(["python3", "-c", WEB_OPEN]).exit_code == 0, "web")
+    exposed = user.post(f"/instances/{instance_id}/services", json={"name": "web", "port": 8000})
+    assert exposed.status_code == 201, exposed.text
+    made = user.post(f"/instances/{instance_id}/services/web/links")
+    assert made.status_code == 201, made.text
+    with httpx.Client(follow_redirects=True, timeout=60) as friend:
+        listing = friend.get(made.json()["url"])
+        assert listing.status_code == 200, listing.text
+        assert "page.txt" in listing.text
+        served = friend.get(str(listing.url) + "page.txt")
+        assert served.status_code == 200 and served.content == page
+    assert user.delete(f"/instances/{instance_id}/services/web/links").status_code == 200
+
+
 def _containers(client: docker.DockerClient, instance_id: str) -> list[Any]:
     return list(
         client.containers.list(all=True, filters={"label": f"gpudock.instance={instance_id}"})
@@ -171,6 +199,7 @@ def test_an_instance_runs_stops_and_goes_on_its_agent_hosts_engine(
         wait_for(lambda: container.exec_run(["python3", "-c", PORT_OPEN]).exit_code == 0, "echo")
         relayed = _ssh(running, key, "", options=("-W", "127.0.0.1:7000"), stdin=b"ping")
         assert relayed.stdout == b"ping", relayed.stderr
+        _service_url_answers(cluster, user, container, instance_id)
 
         assert user.post(f"/instances/{instance_id}/stop").status_code == 200
         _instance(user, instance_id, "stopped")

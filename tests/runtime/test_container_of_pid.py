@@ -30,6 +30,7 @@ def proc_with(tmp_path: Path, pid: int, cgroup: str) -> Path:
         (f"0::/docker/{ID}\n", ID),  # cgroupfs, v2
         (f"0::/system.slice/docker-{ID}.scope\n", ID),  # systemd
         (f"0::/docker/{ID}/docker/{INNER}\n", INNER),  # an engine inside a container
+        (f"0::/gpudock-fleet-x-n/{ID}\n", ID),  # cgroupfs, dockerd's --cgroup-parent
         ("0::/user.slice/user-1000.slice/session-2.scope\n", None),  # not in a container
         (f"0::/docker/{ID[:12]}\n", None),  # not a full id
     ],

@@ -26,14 +26,15 @@ from pathlib import Path
 
 import asyncssh
 
-from gpudock.agent import streams
+from gpudock.agent import ports, streams
 from gpudock.agent.commands import CommandServer, Generations
 from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.state import Enrollment, LinkAddress, agent_key, save_enrollment
-from gpudock.link import keys, wire
+from gpudock.link import keys, tuning, wire
 from gpudock.link.tokens import JoinToken
 from gpudock.runtime import calls
+from gpudock.runtime.link_ports import PORT_COMMAND
 
 log = logging.getLogger(__name__)
 BACKOFF_FIRST_S = 0.5
@@ -160,6 +161,7 @@ class Agent:
                 login_timeout=LOGIN_TIMEOUT_S,
                 keepalive_interval=LOGIN_TIMEOUT_S,
                 keepalive_count_max=3,
+                **tuning.connection_options(),
             )
             with contextlib.suppress(asyncssh.Error, OSError):
                 await conn.wait_closed()
@@ -190,6 +192,9 @@ class Agent:
             return
         if (process.command or "").startswith(calls.EXEC_COMMAND):
             await streams.serve_exec(self.inventory.runtime, process, self._admit)
+            return
+        if (process.command or "").startswith(PORT_COMMAND):
+            await ports.serve_port(self.inventory.runtime, process, self._admit)
             return
         if process.subsystem != wire.SUBSYSTEM:
             process.exit(1)

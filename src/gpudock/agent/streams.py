@@ -29,7 +29,7 @@ from gpudock.runtime.base import STDERR, ExecStream, Runtime
 from gpudock.runtime.calls import EXEC_COMMAND, ExecOpened, ExecRequest, InstanceScope
 
 log = logging.getLogger(__name__)
-CHUNK = 1 << 16
+CHUNK = 1 << 18  # up to one link packet (link.tuning) per read
 EXIT_CODE_DEADLINE_S = 10.0  # after the output ended, for the engine to say the exit code
 LOST = 255  # the exit status when the engine cannot tell
 

@@ -21,11 +21,13 @@ import logging
 import asyncssh
 from pydantic import ValidationError
 
+from gpudock.agentgw.ports import PortChannels
 from gpudock.agentgw.streams import ExecChannels
 from gpudock.errors import RuntimeUnavailable
 from gpudock.runtime import calls
-from gpudock.runtime.base import ExecStream
+from gpudock.runtime.base import ExecStream, PortSocket
 from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest
+from gpudock.runtime.link_ports import PortRequest
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +106,15 @@ class ThreadBridge:
     """A `CallTransport` for worker threads, onto the link's event loop."""
 
     def __init__(
-        self, channel: CommandChannel, execs: ExecChannels, loop: asyncio.AbstractEventLoop
+        self,
+        channel: CommandChannel,
+        execs: ExecChannels,
+        ports: PortChannels,
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._channel = channel
         self._execs = execs
+        self._ports = ports
         self._loop = loop
 
     def open_exec(self, request: ExecRequest, timeout_s: float) -> ExecStream:
@@ -124,6 +131,22 @@ class ThreadBridge:
         except (asyncssh.Error, OSError) as exc:
             raise RuntimeUnavailable(
                 f"host {self._channel.host_name}: the exec channel failed: {exc}"
+            ) from exc
+
+    def open_port(self, request: PortRequest, timeout_s: float) -> PortSocket:
+        self._refuse_on_the_loop()
+        opening = asyncio.run_coroutine_threadsafe(self._ports.open(request, timeout_s), self._loop)
+        try:
+            return PortSocket(opening.result(timeout_s), None)
+        except TimeoutError as exc:
+            opening.cancel()
+            raise RuntimeUnavailable(
+                f"host {self._channel.host_name}: its agent did not connect to port "
+                f"{request.port} within {timeout_s:g} s"
+            ) from exc
+        except (asyncssh.Error, OSError) as exc:
+            raise RuntimeUnavailable(
+                f"host {self._channel.host_name}: the port channel failed: {exc}"
             ) from exc
 
     def resize_exec(self, exec_id: str, width: int, height: int) -> None:

@@ -28,9 +28,10 @@ from typing import Any, TypeVar
 import asyncssh
 
 from gpudock.agentgw.commands import CommandChannel, ThreadBridge
+from gpudock.agentgw.ports import PortChannels
 from gpudock.agentgw.streams import ExecChannels
 from gpudock.errors import GpudockError
-from gpudock.link import keys, wire
+from gpudock.link import keys, tuning, wire
 from gpudock.services.agents import enrollment, links, server_key
 from gpudock.services.agents.hosts import AgentHost
 from gpudock.services.context import ServiceContext
@@ -45,11 +46,13 @@ STOP_DEADLINE_S = 5.0
 class _Attached:
     channel: CommandChannel
     execs: ExecChannels
+    ports: PortChannels
     bridge: ThreadBridge
 
     def close(self) -> None:
         self.channel.close()
         self.execs.close()
+        self.ports.close()
 
 
 class _LinkClient(asyncssh.SSHClient):
@@ -115,6 +118,7 @@ class AgentGateway:
             login_timeout=settings.agent_link_timeout_s,
             keepalive_interval=settings.agent_link_timeout_s,
             keepalive_count_max=3,
+            **tuning.connection_options(),
         )
         if settings.agent_link_port != self.port:
             settings.agent_link_port = self.port  # so that join commands name the real port
@@ -173,10 +177,11 @@ class AgentGateway:
         """The host's runtime calls go over a command session on this link from now on."""
         channel = await CommandChannel.open(conn, host.name)
         execs = ExecChannels(conn, host.id, host.name)
-        bridge = ThreadBridge(channel, execs, asyncio.get_running_loop())
+        ports = PortChannels(conn, host.name)
+        bridge = ThreadBridge(channel, execs, ports, asyncio.get_running_loop())
         if self.ctx.hosts is not None:
             self.ctx.hosts.attach(host.id, host.name, bridge)
-        return _Attached(channel, execs, bridge)
+        return _Attached(channel, execs, ports, bridge)
 
     def _detach_commands(self, host: AgentHost | None, attached: _Attached) -> None:
         if host is not None and self.ctx.hosts is not None:

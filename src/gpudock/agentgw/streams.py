@@ -33,7 +33,7 @@ from gpudock.runtime.calls import EXEC_COMMAND, CallError, ExecOpened, ExecReque
 from gpudock.runtime.link import exec_id_on
 
 log = logging.getLogger(__name__)
-CHUNK = 1 << 16
+CHUNK = 1 << 18  # up to one link packet (link.tuning) per read
 TERMINAL = "xterm-256color"
 LOST = 255  # the exit code of an exec whose channel closed without one
 ENDED_KEPT = 256  # exit codes kept after they were first read (a caller may ask again)

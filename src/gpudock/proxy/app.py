@@ -51,7 +51,7 @@ class ServiceProxy:
         self._domain = settings.service_domain
         self._idle = settings.service_idle_timeout_s
         self._secure = settings.session_cookie_secure
-        self._upstream = Upstream(ctx.runtime, self._idle)
+        self._upstream = Upstream(ctx.runtime_for, self._idle)
         self._access = Gatekeeper(ctx)
         self._use = UseRecorder(ctx)
         self._gate = (
@@ -174,6 +174,7 @@ class ServiceProxy:
         started = False
         try:
             async with self._upstream.request(
+                target.host_id,
                 target.container_id,
                 target.port,
                 conn.scope["method"],
@@ -225,7 +226,8 @@ class ServiceProxy:
             raise NotFound("a WebSocket to a service must come from the service's own pages")
         await self._use.touch(target.instance_id)
         try:
-            sock = await open_port(self._ctx.runtime, target.container_id, target.port)
+            runtime = self._ctx.runtime_for(target.host_id)
+            sock = await open_port(runtime, target.container_id, target.port)
         except OSError as exc:
             raise _unreachable(target, exc) from exc
         await websocket.bridge(

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 from gpudock.proxy.exchange import PortConnection, UpstreamFailure, UpstreamResponse
 from gpudock.runtime.base import Runtime
@@ -31,7 +31,8 @@ CONNECT_TIMEOUT_S = 10.0
 KEEPALIVE_S = 30.0  # an idle pooled connection older than this is closed, not reused
 MAX_IDLE_PER_PORT = 32
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-Port = tuple[str, int]  # container id, port inside it
+Port = tuple[str | None, str, int]  # host id, container id, port inside it
+RuntimeOf = Callable[[str | None], Runtime]
 
 
 async def open_port(runtime: Runtime, container_id: str, port: int) -> socket.socket:
@@ -39,8 +40,10 @@ async def open_port(runtime: Runtime, container_id: str, port: int) -> socket.so
     made = await asyncio.to_thread(runtime.port_socket, container_id, port)
     sock = made.sock
     try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setblocking(False)
+        if made.address is None:
+            return sock  # relayed over an agent's link: connected already
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             await asyncio.get_running_loop().sock_connect(sock, made.address)
     except BaseException:
@@ -52,8 +55,9 @@ async def open_port(runtime: Runtime, container_id: str, port: int) -> socket.so
 class Upstream:
     """The proxy's one connection pool into instances (used on one event loop)."""
 
-    def __init__(self, runtime: Runtime, idle_timeout_s: float) -> None:
-        self._runtime = runtime
+    def __init__(self, runtime_for: RuntimeOf, idle_timeout_s: float) -> None:
+        """`runtime_for(host_id)`: the runtime of the host a container runs on."""
+        self._runtime_for = runtime_for
         self._idle_timeout_s = idle_timeout_s
         self._idle: dict[Port, list[tuple[float, PortConnection]]] = {}
         self._swept = time.monotonic()
@@ -61,6 +65,7 @@ class Upstream:
     @contextlib.asynccontextmanager
     async def request(
         self,
+        host_id: str | None,
         container_id: str,
         port: int,
         method: str,
@@ -71,7 +76,7 @@ class Upstream:
         """Send one request; the response's body streams while the block runs.
         `UpstreamFailure` when the instance's side fails; `RuntimeFailure`
         (from the runtime) when the container is not running."""
-        key = (container_id, port)
+        key = (host_id, container_id, port)
         pooled = self._checkout(key)
         connection = pooled or await self._connect(key)
         try:
@@ -98,7 +103,8 @@ class Upstream:
 
     async def _connect(self, key: Port) -> PortConnection:
         try:
-            sock = await open_port(self._runtime, *key)
+            host_id, container_id, port = key
+            sock = await open_port(self._runtime_for(host_id), container_id, port)
         except (OSError, TimeoutError) as exc:
             raise UpstreamFailure(str(exc) or type(exc).__name__) from exc
         return PortConnection(sock, self._idle_timeout_s)

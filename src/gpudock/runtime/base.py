@@ -371,10 +371,10 @@ class Runtime(Protocol):
 
     # -- service URLs (the HTTP proxy) ----------------------------------
     def port_socket(self, container_id: str, port: int) -> PortSocket:
-        """A new TCP socket from which `port` inside the running container is
-        reachable, not yet connected, and the address to connect it to. The
-        caller owns the socket. Blocks (an engine call at most); `RuntimeFailure`
-        if the container is not running."""
+        """A new socket from which `port` inside the running container is
+        reachable, and the address to connect it to (None: connected already,
+        see `PortSocket`). The caller owns the socket. Blocks (an engine call at
+        most); `RuntimeFailure` if the container is not running."""
         ...
 
     # -- data moves (migration) -----------------------------------------
@@ -415,11 +415,12 @@ class Runtime(Protocol):
 
 @dataclass
 class PortSocket:
-    """See `Runtime.port_socket`: `sock` is blocking and unconnected; connect it
-    to `address`."""
+    """See `Runtime.port_socket`: `sock` is blocking; connect it to `address`,
+    unless that is None: then it is connected already (a relay over an agent's
+    link, one end of a socket pair)."""
 
     sock: socket.socket
-    address: tuple[str, int]
+    address: tuple[str, int] | None
 
 
 # -- exec streams (the SSH gateway) -----------------------------------

@@ -40,6 +40,7 @@ from gpudock.runtime.base import (
     VolumeState,
 )
 from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest, InstanceScope
+from gpudock.runtime.link_ports import PortRequest
 
 LOST_EXIT_CODE = 255  # an exec whose link went before it said how it ended
 
@@ -57,6 +58,11 @@ class CallTransport(Protocol):
         ...
 
     def resize_exec(self, exec_id: str, width: int, height: int) -> None: ...
+
+    def open_port(self, request: PortRequest, timeout_s: float) -> PortSocket:
+        """A connection to a port inside a container on the agent's host, over a
+        channel of its own (`runtime.link_ports`); its socket is already connected."""
+        ...
 
     def exec_exit_code(self, exec_id: str) -> int | None: ...
 
@@ -309,7 +315,8 @@ class LinkRuntime:
         return transport.exec_exit_code(exec_id) if transport is not None else LOST_EXIT_CODE
 
     def port_socket(self, container_id: str, port: int) -> PortSocket:
-        raise self._not_over_the_link("a port connection")
+        request = PortRequest(container_id=container_id, port=port, scope=self._scope)
+        return self._transport().open_port(request, self._timeout_s)
 
 
 class HostRuntimes:

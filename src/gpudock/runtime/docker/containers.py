@@ -39,9 +39,10 @@ BASE_PROBE_IMAGE = "gpudock/base:bookworm"  # any image will do: the probe is ne
 CONFLICT = 409
 
 
-# A container's cgroup path names its id: /docker/<id> (cgroupfs, v1 or v2) or
+# A container's cgroup path names its id: /docker/<id> (cgroupfs, v1 or v2),
+# /<parent>/<id> (cgroupfs under dockerd's --cgroup-parent) or
 # /system.slice/docker-<id>.scope (systemd); nested engines: the innermost.
-_CGROUP_CONTAINER = re.compile(r"docker[-/]([0-9a-f]{64})(?:\.scope)?(?=/|$)")
+_CGROUP_CONTAINER = re.compile(r"(?:docker-|/)([0-9a-f]{64})(?:\.scope)?(?=/|$)")
 
 
 def container_of_pid(pid: int, proc_root: Path = Path("/proc")) -> str | None:

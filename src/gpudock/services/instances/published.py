@@ -70,6 +70,7 @@ class ProxyTarget:
     container_id: str
     port: int
     service_token: str | None
+    host_id: str | None  # where the container runs (`ServiceContext.runtime_for`)
 
     @property
     def keeps_prefix(self) -> bool:
@@ -341,4 +342,5 @@ def _target(instance: InstanceModel, row: InstanceServiceModel) -> ProxyTarget:
         container_id=instance.container_id,
         port=row.port,
         service_token=instance.service_token,
+        host_id=instance.host_id,
     )
