@@ -18,7 +18,8 @@ Then, unless `--no-netns`, a second server with its link on the netns fleet's
 bridge enrolls 3 real `gpudock agent` processes, one per test host, each beside
 its own dockerd, through `gpudock hosts add` and the join command; the server
 and each agent are measured over the same window. Per-host figures are
-(with N - baseline) / N against the baseline of the same heartbeat.
+(with N - baseline) / N against the baseline of the same heartbeat. First, in
+process, `bench.heartbeat_writes`: the statements and CPU of one heartbeat.
 
 Traffic goes only to 127.0.0.1 and to the fleet's own veth addresses; the fleet's
 teardown removes its namespaces, engines and agents.
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from tests.support.server_process import API, ServerProcess
 
+from bench import heartbeat_writes
 from gpudock.settings import Settings
 
 if TYPE_CHECKING:
@@ -419,6 +421,7 @@ def main(argv: list[str] | None = None) -> None:
     heartbeats = [float(value) for value in args.heartbeats.split(",")]
     print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, load {load_average()}")
     with _workdir() as workdir:
+        costs = heartbeat_writes.measure(workdir / "writes", [1, 8], beats=300)
         sims = {
             heartbeat_s: run_simulated(
                 workdir / f"sim-{heartbeat_s}", heartbeat_s, args.sim_hosts, args.window_s
@@ -426,6 +429,7 @@ def main(argv: list[str] | None = None) -> None:
             for heartbeat_s in heartbeats
         }
         reals = {} if args.no_netns else run_real(workdir / "real", heartbeats, args.window_s)
+    heartbeat_writes.print_costs(costs)
     for heartbeat_s in heartbeats:
         print_report(heartbeat_s, sims[heartbeat_s], reals.get(heartbeat_s), args.window_s)
     print(f"\nload at the end: {load_average()}")
