@@ -401,9 +401,13 @@ def print_report(
         f"p50 {percentile(sim.rtt_ms, 0.5):.1f} ms, p99 {percentile(sim.rtt_ms, 0.99):.1f} ms "
         f"({len(sim.rtt_ms)} beats, {len(sim.rtt_ms) / window_s:.1f}/s)"
     )
+    beats_per_s = len(sim.rtt_ms) / window_s
+    extra_cpu_s_per_s = (sim.server.cpu_s_per_min - base.cpu_s_per_min) / 60
+    per_beat_ms = extra_cpu_s_per_s / beats_per_s * 1000 if beats_per_s else float("nan")
     print(
-        f"at 1,000 hosts: {1000 / heartbeat_s:.0f} heartbeat write transactions/s; "
-        f"server CPU {per_host_cpu * 1000 / 60:.2f} cores by the simulated per-host slope"
+        f"server CPU per heartbeat {per_beat_ms:.1f} ms; at 1,000 hosts: "
+        f"{1000 / heartbeat_s:.0f} heartbeat write transactions/s, "
+        f"{1000 / heartbeat_s * per_beat_ms / 1000:.2f} cores of server CPU"
     )
 
 
