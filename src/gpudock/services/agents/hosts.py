@@ -202,13 +202,18 @@ def record_report(session: Session, row: AgentHostModel, report: HostReport, at:
     """What the agent reported of its host (every heartbeat: GPUs come and go), here
     and in the scheduler's inventory once the host is enrolled. True: capacity
     grew (a new host or GPU, one back), so placement should run."""
+    gpus = json.dumps([gpu.model_dump() for gpu in report.gpus])
+    same_gpus = gpus == row.gpus
     row.agent_version = report.agent_version[:32]
     row.engine_version = report.engine_version[:32]
     row.driver_version = report.driver_version[:32]
-    row.gpus = json.dumps([gpu.model_dump() for gpu in report.gpus])
+    row.gpus = gpus
     if row.state is AgentHostState.PENDING:
         return False
-    return agent_inventory.sync_agent_host(session, row.id, _host_info(row.name, report), at)
+    info = _host_info(row.name, report)
+    if same_gpus and agent_inventory.is_recorded(session, row.id, info):
+        return False  # the heartbeat of a host that did not change: nothing to write
+    return agent_inventory.sync_agent_host(session, row.id, info, at)
 
 
 def _host_info(name: str, report: HostReport) -> HostInfo:

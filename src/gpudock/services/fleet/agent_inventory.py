@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
@@ -55,6 +55,28 @@ def host_id_for(session: Session, name: str) -> str | None:
             field="name",
         )
     return row.id
+
+
+def is_recorded(session: Session, host_id: str, info: HostInfo) -> bool:
+    """Does the inventory hold the host as `info` has it? Asked only when the
+    report's GPUs are the ones the agent reported last time (the caller compares
+    them), so that an unchanged heartbeat — nearly all of them — costs two
+    reads instead of two per GPU: the host row present with these sizes and
+    versions, and as many present GPU rows as reported (a GPU removed or
+    retired meanwhile makes the counts differ, and the full sync runs)."""
+    host = session.get(HostModel, host_id)
+    if host is None or not host.present:
+        return False
+    sizes = (info.cpus or host.cpus, info.memory_gb or host.memory_gb)
+    versions = (info.driver_version or host.driver_version, info.cuda_version or host.cuda_version)
+    if sizes != (host.cpus, host.memory_gb) or versions != (host.driver_version, host.cuda_version):
+        return False
+    present = session.scalar(
+        select(func.count())
+        .select_from(GpuDeviceModel)
+        .where(GpuDeviceModel.host_id == host_id, GpuDeviceModel.present.is_(True))
+    )
+    return present == len(info.gpus)
 
 
 def sync_agent_host(session: Session, host_id: str, info: HostInfo, at: datetime) -> bool:
