@@ -328,9 +328,14 @@ def test_liveness_and_garbage_collection_act_on_the_agent_hosts_engine(
     labels = {**containers.cluster_labels(ctx.cluster_id), "gpudock.instance": "gone"}
     rig.engine.create_container(replace(orphan, labels=labels))
     rig.engine.ensure_volume("orphan-volume", containers.cluster_labels(ctx.cluster_id))
+    # Data a live instance left here when it moved (say, restarted elsewhere while
+    # this host was lost): not in use, but the operator's to remove, not garbage.
+    moved_away = {**containers.cluster_labels(ctx.cluster_id), "gpudock.instance": created.id}
+    rig.engine.ensure_volume("data-before-the-move", moved_away)
     assert garbage.collect_garbage(ctx) == 2
     assert rig.engine.inspect_container("gpudock-left-behind") is None
     assert "orphan-volume" not in rig.engine.volumes
+    assert "data-before-the-move" in rig.engine.volumes
     assert rig.engine.inspect_container(name) is not None  # a live instance's stays
 
 

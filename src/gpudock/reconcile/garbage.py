@@ -1,7 +1,8 @@
 """Garbage: this installation's containers, volumes and networks that no live
 instance owns (also at start-up), data volumes left on a host an instance
-moved away from, stopped data-move helpers, and build and check containers a
-crash left.
+moved away from (on this server's engine; on an agent host they stay for the
+operator, since a host back from a loss may hold the only copy), stopped
+data-move helpers, and build and check containers a crash left.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gpudock.errors import GpudockError
 from gpudock.runtime.base import (
     LABEL_BUILD,
     LABEL_CHECK,
+    LABEL_INSTANCE,
     LABEL_OWNER,
     ContainerState,
     NetworkState,
@@ -59,7 +61,11 @@ def collect_garbage(ctx: ServiceContext, *, at_startup: bool = False) -> int:
     for runtime, found_containers, found_volumes in found:
         try:
             removed += _collect_containers(ctx, runtime, found_containers, live, at_startup)
-            removed += _collect_volumes(runtime, found_volumes, kept_volumes)
+            # On an agent host the data of a live instance that moved away stays
+            # until the operator removes it: the host may come back from a loss
+            # with the only copy of what the tenant wrote after the last move.
+            spared = live if runtime is not ctx.runtime else set()
+            removed += _collect_volumes(runtime, found_volumes, kept_volumes, spared)
         except GpudockError as exc:
             log.warning("garbage collection stopped on one engine: %s", exc)
     collect_networks(ctx)
@@ -98,9 +104,14 @@ def _collect_containers(
     return removed
 
 
-def _collect_volumes(runtime: Runtime, found: list[VolumeState], kept: set[str]) -> int:
+def _collect_volumes(
+    runtime: Runtime, found: list[VolumeState], kept: set[str], spared_owners: set[str]
+) -> int:
     removed = 0
     for volume in found:
+        if volume.labels.get(LABEL_INSTANCE) in spared_owners and volume.name not in kept:
+            log.info("keeping volume %s of a live instance that moved off this host", volume.name)
+            continue
         if volume.name not in kept:
             log.info("removing orphan volume %s", volume.name)
             try:
