@@ -26,7 +26,7 @@ from pathlib import Path
 
 import asyncssh
 
-from gpudock.agent import streams
+from gpudock.agent import streams, volume_copy
 from gpudock.agent.commands import CommandServer, Generations
 from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
@@ -190,6 +190,10 @@ class Agent:
             return
         if (process.command or "").startswith(calls.EXEC_COMMAND):
             await streams.serve_exec(self.inventory.runtime, process, self._admit)
+            return
+        if volume_copy.handles(process.command or ""):
+            spool = self.state_dir / "transfers"
+            await volume_copy.serve(self.inventory.runtime, process, self._admit, spool)
             return
         if process.subsystem != wire.SUBSYSTEM:
             process.exit(1)

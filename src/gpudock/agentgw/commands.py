@@ -17,17 +17,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 
 import asyncssh
 from pydantic import ValidationError
 
 from gpudock.agentgw.streams import ExecChannels
-from gpudock.errors import RuntimeUnavailable
+from gpudock.agentgw.volume_copy import VolumeRoute, relay_volume
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime import calls
 from gpudock.runtime.base import ExecStream
-from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest
+from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest, InstanceScope
+from gpudock.runtime.link import CallTransport
+from gpudock.runtime.transfer import VolumeCopied
 
 log = logging.getLogger(__name__)
+PROGRESS_POLL_S = 0.5  # how often a thread waiting for a volume copy reports its progress
 
 
 class CommandChannel:
@@ -131,6 +137,43 @@ class ThreadBridge:
 
     def exec_exit_code(self, exec_id: str) -> int | None:
         return self._execs.exit_code(exec_id)
+
+    def send_volume(
+        self,
+        target: CallTransport,
+        volumes: tuple[str, str],
+        scope: InstanceScope | None,
+        on_progress: Callable[[int], None],
+        timeout_s: float,
+    ) -> VolumeCopied:
+        """Relay volume `volumes[0]` of this host into `volumes[1]` on `target`'s
+        host (`agentgw.volume_copy`); progress is reported from the calling thread."""
+        self._refuse_on_the_loop()
+        if not isinstance(target, ThreadBridge):
+            raise RuntimeFailure("a volume goes over links only to another agent host")
+        received = [0]
+        route = VolumeRoute(
+            self._execs.connection, target._execs.connection, volumes[0], volumes[1], scope
+        )
+        copying = asyncio.run_coroutine_threadsafe(
+            relay_volume(route, lambda done: received.__setitem__(0, done)), self._loop
+        )
+        deadline = time.monotonic() + timeout_s
+        reported = -1
+        while True:
+            try:
+                return copying.result(PROGRESS_POLL_S)
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    copying.cancel()
+                    raise RuntimeUnavailable(
+                        f"copying volume {volumes[0]} from {self._channel.host_name} ran past "
+                        f"{timeout_s:g} s; the next try resumes it"
+                    ) from None
+            finally:
+                if received[0] != reported:
+                    reported = received[0]
+                    on_progress(reported)
 
     def _refuse_on_the_loop(self) -> None:
         if _running_loop() is self._loop:

@@ -211,6 +211,11 @@ class DockerRuntime:
     def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
         return self._volumes.with_labels(labels)
 
+    def volume_directory(self, name: str) -> Path:
+        """Where the volume's contents lie on the engine's host (an agent reads
+        and writes them there to move them to another host)."""
+        return self._volumes.directory(name)
+
     def copy_volume(
         self,
         source: str,
