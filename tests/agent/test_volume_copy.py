@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpudock.agent.volume_copy import TAR
+from gpudock.agentgw import volume_copy as relay
 from gpudock.db.models import LinkState
 from gpudock.errors import RuntimeUnavailable
 from gpudock.platform import Platform
@@ -156,7 +157,10 @@ def test_kept_bytes_that_do_not_add_up_are_sent_again_from_the_start(pair: _Pair
     assert _digests(pair.engine.volume_directory(pair.target)) == _digests(source_dir)
 
 
-def test_a_source_agent_stopped_mid_copy_is_resumed_after_it_returns(pair: _Pair) -> None:
+def test_a_source_agent_stopped_mid_copy_is_resumed_after_it_returns(
+    pair: _Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(relay, "STALL_S", 2.0)  # a link that went silently is given up sooner
     source_dir = pair.engine.volume_directory(pair.source)
     _fill(source_dir, random_mib=48)
     spool = pair.spool()

@@ -31,6 +31,7 @@ from gpudock.runtime.transfer import (
 log = logging.getLogger(__name__)
 ATTEMPTS = 3  # tries in a row that move nothing before the copy is given up (for now)
 PIPE_CHUNK = 1 << 18
+STALL_S = 20.0  # a try that moves nothing this long is given up and resumed
 
 
 @dataclass(frozen=True)
@@ -65,16 +66,24 @@ async def _one_try(
 ) -> tuple[ReceiveReport | None, int, int]:
     """(the end report or None, bytes piped, where it resumed)."""
     receive = VolumeReceive(volume=route.target_volume, scope=route.scope)
-    receiver = await route.target_conn.create_process(
-        RECEIVE_COMMAND + receive.model_dump_json(), encoding=None
-    )
+    try:
+        receiver = await asyncio.wait_for(
+            route.target_conn.create_process(
+                RECEIVE_COMMAND + receive.model_dump_json(), encoding=None
+            ),
+            STALL_S,
+        )
+    except (asyncssh.Error, OSError, TimeoutError) as exc:
+        log.warning("volume copy %s: no receive channel (%s)", route.target_volume, exc)
+        return None, 0, 0
     try:
         first = await _next_report(receiver)
         if first is None or first.resume_at is None:
             raise RuntimeFailure(f"the destination did not say where to resume: {first}")
         send = VolumeSend(volume=route.source_volume, resume_at=first.resume_at, scope=route.scope)
-        sender = await route.source_conn.create_process(
-            SEND_COMMAND + send.model_dump_json(), encoding=None
+        sender = await asyncio.wait_for(
+            route.source_conn.create_process(SEND_COMMAND + send.model_dump_json(), encoding=None),
+            STALL_S,
         )
         piping = asyncio.ensure_future(_pipe(sender, receiver))
         try:
@@ -87,7 +96,7 @@ async def _one_try(
                 f"the source could not send volume {route.source_volume}: {failure}"
             )
         return end, moved, first.resume_at
-    except (asyncssh.Error, OSError) as exc:
+    except (asyncssh.Error, OSError, TimeoutError) as exc:
         log.warning("volume copy %s: a link failed (%s); resuming", route.source_volume, exc)
         return None, 0, 0
     finally:
@@ -113,8 +122,8 @@ async def _follow(
 
 async def _next_report(process: asyncssh.SSHClientProcess[bytes]) -> ReceiveReport | None:
     try:
-        line = await process.stdout.readuntil(b"\n")
-    except (asyncio.IncompleteReadError, asyncssh.Error, OSError):
+        line = await asyncio.wait_for(process.stdout.readuntil(b"\n"), STALL_S)
+    except (asyncio.IncompleteReadError, asyncssh.Error, OSError, TimeoutError):
         return None
     try:
         return ReceiveReport.model_validate_json(line)
@@ -128,13 +137,13 @@ async def _pipe(
     """(bytes piped, the source's error if it failed); the receiver's stdin ends with it."""
     moved = 0
     try:
-        while data := await sender.stdout.read(PIPE_CHUNK):
+        while data := await asyncio.wait_for(sender.stdout.read(PIPE_CHUNK), STALL_S):
             receiver.stdin.write(data)
-            await receiver.stdin.drain()
+            await asyncio.wait_for(receiver.stdin.drain(), STALL_S)
             moved += len(data)
         error = (await sender.stderr.read()).decode(errors="replace")[-300:]
         receiver.stdin.write_eof()
-    except (asyncssh.Error, OSError) as exc:
-        log.warning("volume relay ended: %s", exc)
+    except (asyncssh.Error, OSError, TimeoutError) as exc:
+        log.warning("volume relay ended: %s", exc or "stalled")
         return moved, ""
     return moved, error
