@@ -113,9 +113,11 @@ async def _send(
                 await process.stdout.drain()
             offset = end
     except (asyncssh.Error, OSError):
-        tar.kill()
-        await tar.wait()
         return
+    finally:
+        if tar.returncode is None and not tar.stdout.at_eof():  # cut short, or the agent stops
+            tar.kill()
+            await tar.wait()
     errors = await tar.stderr.read()
     if await tar.wait() != 0:
         raise RuntimeFailure(f"tar of volume {request.volume} failed: {errors.decode()[-300:]}")

@@ -183,6 +183,7 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
         return
     instance = run.instance
     runtime = containers.runtime_of(ctx, instance)
+    came_from = instance.data_host_id
     try:
         runtime.ensure_image(instance.system_image)
         instance = migration.ensure_data_volume(ctx, instance, run.host, token)
@@ -195,6 +196,7 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
         ctx.crash_point("after_create")
         state = runtime.start_container(state.id)
         ctx.crash_point("after_start")
+        migration.leave_other_engine(ctx, instance, came_from)
     except RuntimeUnavailable as exc:
         _note_retry(ctx, instance_id, token, exc)
         return
