@@ -108,6 +108,8 @@ def test_an_xid_79_moves_the_instance_and_its_data_to_the_other_host(
     name = containers.container_name(ctx.cluster_id, created.id)
     assert destination.inspect_container(name) is not None
     assert source.inspect_container(name) is None and not source.volumes  # nothing left on A
+    assert after.system_image != first.system_image  # the writable layer, committed on A
+    assert after.system_image in destination.images and after.system_image not in source.images
     with ctx.sessions() as session:
         move = session.scalars(select(MigrationModel)).one()
         assert move.bytes_copied is not None and move.bytes_copied >= 2 * MIB

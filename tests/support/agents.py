@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -125,3 +125,11 @@ class DirectoryVolumesRuntime(FakeRuntime):
     def remove_volume(self, name: str) -> None:
         super().remove_volume(name)
         shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def save_image(self, ref: str) -> Iterator[bytes]:
+        if ref not in self.images:
+            raise RuntimeFailure(f"could not save image {ref}: no such image")
+        return iter([ref.encode()])
+
+    def load_image(self, chunks: Iterator[bytes]) -> None:
+        self.images.add(b"".join(chunks).decode())

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import asyncssh
 
-from gpudock.agent import streams, volume_copy
+from gpudock.agent import image_copy, streams, volume_copy
 from gpudock.agent.commands import CommandServer, Generations
 from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
@@ -190,6 +190,9 @@ class Agent:
             return
         if (process.command or "").startswith(calls.EXEC_COMMAND):
             await streams.serve_exec(self.inventory.runtime, process, self._admit)
+            return
+        if image_copy.handles(process.command or ""):
+            await image_copy.serve(self.inventory.runtime, process, self._admit)
             return
         if volume_copy.handles(process.command or ""):
             spool = self.state_dir / "transfers"

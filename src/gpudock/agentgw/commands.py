@@ -23,6 +23,7 @@ from collections.abc import Callable
 import asyncssh
 from pydantic import ValidationError
 
+from gpudock.agentgw.image_copy import relay_image
 from gpudock.agentgw.streams import ExecChannels
 from gpudock.agentgw.volume_copy import VolumeRoute, relay_volume
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
@@ -174,6 +175,22 @@ class ThreadBridge:
                 if received[0] != reported:
                     reported = received[0]
                     on_progress(reported)
+
+    def send_image(
+        self, target: CallTransport, ref: str, scope: InstanceScope | None, timeout_s: float
+    ) -> int:
+        """`docker save` of `ref` here into `docker load` on `target`'s host; the bytes moved."""
+        self._refuse_on_the_loop()
+        if not isinstance(target, ThreadBridge):
+            raise RuntimeFailure("an image goes over links only to another agent host")
+        moving = asyncio.run_coroutine_threadsafe(
+            relay_image(self._execs.connection, target._execs.connection, ref, scope), self._loop
+        )
+        try:
+            return moving.result(timeout_s)
+        except TimeoutError as exc:
+            moving.cancel()
+            raise RuntimeUnavailable(f"moving image {ref} ran past {timeout_s:g} s") from exc
 
     def _refuse_on_the_loop(self) -> None:
         if _running_loop() is self._loop:

@@ -185,6 +185,7 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
     runtime = containers.runtime_of(ctx, instance)
     came_from = instance.data_host_id
     try:
+        instance = migration.carry_writable_layer_across(ctx, instance, run.host, token)
         runtime.ensure_image(instance.system_image)
         instance = migration.ensure_data_volume(ctx, instance, run.host, token)
         ctx.crash_point("after_volume")

@@ -74,6 +74,12 @@ class CallTransport(Protocol):
         `on_progress(bytes received)` from the calling thread."""
         ...
 
+    def send_image(
+        self, target: CallTransport, ref: str, scope: InstanceScope | None, timeout_s: float
+    ) -> int:
+        """`docker save` of `ref` on this host into `docker load` on `target`'s."""
+        ...
+
 
 EXEC_PREFIX = "link:"
 
@@ -222,6 +228,12 @@ class LinkRuntime:
             self._scope,
             on_progress,
             self._copy_timeout_s,
+        )
+
+    def copy_image_to(self, target: LinkRuntime, ref: str) -> int:
+        """Image `ref` of this host onto `target`'s host, over both links; the bytes moved."""
+        return self._transport().send_image(
+            target._transport(), ref, self._scope, self._copy_timeout_s
         )
 
     # -- containers ---------------------------------------------------------------

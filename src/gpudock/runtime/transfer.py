@@ -34,10 +34,17 @@ from pydantic import BaseModel
 
 from gpudock.runtime.calls import InstanceScope
 
+SAVE_COMMAND = "gpudock-image-save "  # + ImageMove: stdout is `docker save` of it
+LOAD_COMMAND = "gpudock-image-load "  # + ImageMove: stdin is loaded (`docker load`)
 SEND_COMMAND = "gpudock-volume-send "
 RECEIVE_COMMAND = "gpudock-volume-receive "
 FRAME = struct.Struct("!QI32s")  # offset, payload length, SHA-256 of the payload
 CHUNK = 1 << 20  # payload bytes a frame carries at most
+
+
+class ImageMove(BaseModel):
+    ref: str
+    scope: InstanceScope | None = None
 
 
 class VolumeSend(BaseModel):

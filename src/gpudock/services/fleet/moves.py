@@ -26,7 +26,7 @@ from gpudock.db.models import (
 )
 from gpudock.errors import RuntimeFailure
 from gpudock.messages import Message
-from gpudock.runtime.base import LABEL_HOST, LABEL_INSTANCE
+from gpudock.runtime.base import LABEL_CLUSTER, LABEL_HOST, LABEL_INSTANCE, LABEL_OWNER
 from gpudock.runtime.link import LinkRuntime
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import move_log as migration_log
@@ -141,6 +141,41 @@ def remove_stale_volumes(ctx: ServiceContext, instance: InstanceModel) -> None:
             runtime.remove_volume(volume.name)
 
 
+def carry_writable_layer_across(
+    ctx: ServiceContext, instance: InstanceModel, host: HostModel, token: str
+) -> InstanceModel:
+    """Before a start on another agent host than the one holding the instance's
+    container: commit that container's writable layer there and move the image
+    to `host` (`docker save`/`load` over both links) unless it has it already."""
+    came_from = instance.data_host_id
+    if came_from is None or came_from == host.id:
+        return instance
+    source = containers.runtime_of(ctx, instance, came_from)
+    destination = containers.runtime_of(ctx, instance, host.id)
+    if not isinstance(source, LinkRuntime) or not isinstance(destination, LinkRuntime):
+        return instance  # one engine: the run step commits and replaces in place
+    old = source.inspect_container(containers.container_name(ctx.cluster_id, instance.id))
+    if old is not None:
+        ref = source.commit_container(
+            old.id,
+            containers.system_image_repository(ctx.cluster_id, instance.id),
+            f"t{int(ctx.clock().timestamp())}",
+            {LABEL_OWNER: instance.user_id, LABEL_CLUSTER: ctx.cluster_id},
+        )
+
+        def mutate(session: Session, row: InstanceModel) -> InstanceModel:
+            row.system_image = ref
+            return row
+
+        instance = with_lease(ctx, instance.id, token, mutate)
+    if not destination.image_present(instance.system_image):
+        moved = source.copy_image_to(destination, instance.system_image)
+        log.info(
+            "instance %s: image %s moved (%d bytes)", instance.id, instance.system_image, moved
+        )
+    return instance
+
+
 def leave_other_engine(ctx: ServiceContext, instance: InstanceModel, came_from: str | None) -> None:
     """After the instance started on its new host: if it came from another
     engine (an agent host), its container and data there go. Idempotent: a
@@ -157,6 +192,8 @@ def leave_other_engine(ctx: ServiceContext, instance: InstanceModel, came_from: 
     labels = {**containers.cluster_labels(ctx.cluster_id), LABEL_INSTANCE: instance.id}
     for volume in source.list_volumes(labels):
         source.remove_volume(volume.name)
+    if instance.system_image != instance.image:  # the committed layer, now on the new host
+        source.remove_image(instance.system_image)
 
 
 def _copy_data(
