@@ -15,7 +15,7 @@ import pytest
 from gpudock.agent.volume_copy import TAR
 from gpudock.agentgw import volume_copy as relay
 from gpudock.db.models import LinkState
-from gpudock.errors import RuntimeUnavailable
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.platform import Platform
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.link import LinkRuntime
@@ -189,3 +189,11 @@ def test_a_source_agent_stopped_mid_copy_is_resumed_after_it_returns(
     assert copied.resumed_at[0] == kept  # resumed, not restarted
     assert copied.bytes_sent < copied.bytes_total - kept + _frames(copied.bytes_total)
     assert _digests(pair.engine.volume_directory(pair.target)) == _digests(source_dir)
+
+
+def test_an_image_goes_from_one_host_to_the_other_as_a_save_and_load(pair: _Pair) -> None:
+    moved = pair.runtime("box-a").copy_image_to(pair.runtime("box-b"), "gpudock/base:bookworm")
+    assert moved > 10 * MIB  # the whole `docker save` of the image crossed both links
+    assert pair.engine.image_present("gpudock/base:bookworm")
+    with pytest.raises(RuntimeFailure, match="gpudock-test/no-such:image"):
+        pair.runtime("box-a").copy_image_to(pair.runtime("box-b"), "gpudock-test/no-such:image")
