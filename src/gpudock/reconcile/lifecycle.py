@@ -197,7 +197,6 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
         ctx.crash_point("after_create")
         state = runtime.start_container(state.id)
         ctx.crash_point("after_start")
-        migration.leave_other_engine(ctx, instance, came_from)
     except RuntimeUnavailable as exc:
         _note_retry(ctx, instance_id, token, exc)
         return
@@ -210,6 +209,7 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
         )
         return
     _mark_running(ctx, instance_id, token, state, run)
+    migration.leave_other_engine(ctx, instance, came_from)
     # After 'running' is reported: the copy costs a round trip the user need not wait for.
     images.install_doctor(runtime, state.id)  # gpudock-doctor in every instance
 

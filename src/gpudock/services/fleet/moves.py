@@ -177,11 +177,19 @@ def carry_writable_layer_across(
 
 
 def leave_other_engine(ctx: ServiceContext, instance: InstanceModel, came_from: str | None) -> None:
-    """After the instance started on its new host: if it came from another
-    engine (an agent host), its container and data there go. Idempotent: a
-    crash before this leaves them to the next start or to garbage collection."""
+    """After the instance runs on its new host: if it came from another engine
+    (an agent host), its container, volumes and committed image there go. An
+    old host that cannot be reached now keeps them for garbage collection
+    (and its fence) once it is back: the tenant is not held up for it."""
     if came_from is None or came_from == instance.host_id:
         return
+    try:
+        _remove_from(ctx, instance, came_from)
+    except RuntimeFailure as exc:
+        log.warning("instance %s: left on host %s for now: %s", instance.id, came_from, exc)
+
+
+def _remove_from(ctx: ServiceContext, instance: InstanceModel, came_from: str) -> None:
     source = containers.runtime_of(ctx, instance, came_from)
     if ctx.runtime_for(came_from) is ctx.runtime_for(instance.host_id):
         return  # one engine: the run step replaced the container and its volume
