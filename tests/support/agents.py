@@ -10,7 +10,8 @@ code and run the server's runtime calls on an engine of their own (a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import shutil
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from gpudock.agent.inventory import HostInventory
 from gpudock.agent.link import Agent
 from gpudock.agent.state import load_enrollment
 from gpudock.agentgw.gateway import AgentGateway
+from gpudock.errors import RuntimeFailure
 from gpudock.gpu.nvml import NvmlGpuSource
 from gpudock.platform import Platform
 from gpudock.runtime.base import Runtime
@@ -103,3 +105,31 @@ def join_parts(command: str) -> tuple[str, str]:
     words = command.split()
     assert words[:3] == ["gpudock", "agent", "join"], command
     return words[3], words[4]
+
+
+class DirectoryVolumesRuntime(FakeRuntime):
+    """A `FakeRuntime` (no GPU container can run here) whose volumes are real
+    directories under `root`, so that an agent moves real files between hosts."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def volume_directory(self, name: str) -> Path:
+        if name not in self.volumes:
+            raise RuntimeFailure(f"could not find volume {name}")
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def remove_volume(self, name: str) -> None:
+        super().remove_volume(name)
+        shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def save_image(self, ref: str) -> Iterator[bytes]:
+        if ref not in self.images:
+            raise RuntimeFailure(f"could not save image {ref}: no such image")
+        return iter([ref.encode()])
+
+    def load_image(self, chunks: Iterator[bytes]) -> None:
+        self.images.add(b"".join(chunks).decode())

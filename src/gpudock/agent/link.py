@@ -26,7 +26,7 @@ from pathlib import Path
 
 import asyncssh
 
-from gpudock.agent import ports, streams
+from gpudock.agent import image_copy, ports, streams, volume_copy
 from gpudock.agent.commands import CommandServer, Generations
 from gpudock.agent.fencing import Fence
 from gpudock.agent.inventory import HostInventory
@@ -195,6 +195,13 @@ class Agent:
             return
         if (process.command or "").startswith(PORT_COMMAND):
             await ports.serve_port(self.inventory.runtime, process, self._admit)
+            return
+        if image_copy.handles(process.command or ""):
+            await image_copy.serve(self.inventory.runtime, process, self._admit)
+            return
+        if volume_copy.handles(process.command or ""):
+            spool = self.state_dir / "transfers"
+            await volume_copy.serve(self.inventory.runtime, process, self._admit, spool)
             return
         if process.subsystem != wire.SUBSYSTEM:
             process.exit(1)

@@ -17,19 +17,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 
 import asyncssh
 from pydantic import ValidationError
 
+from gpudock.agentgw.image_copy import relay_image
 from gpudock.agentgw.ports import PortChannels
 from gpudock.agentgw.streams import ExecChannels
-from gpudock.errors import RuntimeUnavailable
+from gpudock.agentgw.volume_copy import VolumeRoute, relay_volume
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime import calls
 from gpudock.runtime.base import ExecStream, PortSocket
-from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest
+from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest, InstanceScope
+from gpudock.runtime.link import CallTransport
 from gpudock.runtime.link_ports import PortRequest
+from gpudock.runtime.transfer import VolumeCopied
 
 log = logging.getLogger(__name__)
+PROGRESS_POLL_S = 0.5  # how often a thread waiting for a volume copy reports its progress
 
 
 class CommandChannel:
@@ -154,6 +161,59 @@ class ThreadBridge:
 
     def exec_exit_code(self, exec_id: str) -> int | None:
         return self._execs.exit_code(exec_id)
+
+    def send_volume(
+        self,
+        target: CallTransport,
+        volumes: tuple[str, str],
+        scope: InstanceScope | None,
+        on_progress: Callable[[int], None],
+        timeout_s: float,
+    ) -> VolumeCopied:
+        """Relay volume `volumes[0]` of this host into `volumes[1]` on `target`'s
+        host (`agentgw.volume_copy`); progress is reported from the calling thread."""
+        self._refuse_on_the_loop()
+        if not isinstance(target, ThreadBridge):
+            raise RuntimeFailure("a volume goes over links only to another agent host")
+        received = [0]
+        route = VolumeRoute(
+            self._execs.connection, target._execs.connection, volumes[0], volumes[1], scope
+        )
+        copying = asyncio.run_coroutine_threadsafe(
+            relay_volume(route, lambda done: received.__setitem__(0, done)), self._loop
+        )
+        deadline = time.monotonic() + timeout_s
+        reported = -1
+        while True:
+            try:
+                return copying.result(PROGRESS_POLL_S)
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    copying.cancel()
+                    raise RuntimeUnavailable(
+                        f"copying volume {volumes[0]} from {self._channel.host_name} ran past "
+                        f"{timeout_s:g} s; the next try resumes it"
+                    ) from None
+            finally:
+                if received[0] != reported:
+                    reported = received[0]
+                    on_progress(reported)
+
+    def send_image(
+        self, target: CallTransport, ref: str, scope: InstanceScope | None, timeout_s: float
+    ) -> int:
+        """`docker save` of `ref` here into `docker load` on `target`'s host; the bytes moved."""
+        self._refuse_on_the_loop()
+        if not isinstance(target, ThreadBridge):
+            raise RuntimeFailure("an image goes over links only to another agent host")
+        moving = asyncio.run_coroutine_threadsafe(
+            relay_image(self._execs.connection, target._execs.connection, ref, scope), self._loop
+        )
+        try:
+            return moving.result(timeout_s)
+        except TimeoutError as exc:
+            moving.cancel()
+            raise RuntimeUnavailable(f"moving image {ref} ran past {timeout_s:g} s") from exc
 
     def _refuse_on_the_loop(self) -> None:
         if _running_loop() is self._loop:

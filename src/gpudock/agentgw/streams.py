@@ -56,6 +56,10 @@ class ExecChannels:
         self._open: dict[str, _Exec] = {}
         self._ended: OrderedDict[str, int] = OrderedDict()
 
+    @property
+    def connection(self) -> asyncssh.SSHClientConnection:
+        return self._conn
+
     async def open(self, request: ExecRequest, timeout_s: float) -> ExecStream:
         process = await self._conn.create_process(
             EXEC_COMMAND + request.model_dump_json(),

@@ -183,7 +183,9 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
         return
     instance = run.instance
     runtime = containers.runtime_of(ctx, instance)
+    came_from = instance.data_host_id
     try:
+        instance = migration.carry_writable_layer_across(ctx, instance, run.host, token)
         runtime.ensure_image(instance.system_image)
         instance = migration.ensure_data_volume(ctx, instance, run.host, token)
         ctx.crash_point("after_volume")
@@ -207,6 +209,7 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
         )
         return
     _mark_running(ctx, instance_id, token, state, run)
+    migration.leave_other_engine(ctx, instance, came_from)
     # After 'running' is reported: the copy costs a round trip the user need not wait for.
     images.install_doctor(runtime, state.id)  # gpudock-doctor in every instance
 

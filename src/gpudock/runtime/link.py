@@ -41,6 +41,7 @@ from gpudock.runtime.base import (
 )
 from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest, InstanceScope
 from gpudock.runtime.link_ports import PortRequest
+from gpudock.runtime.transfer import VolumeCopied
 
 LOST_EXIT_CODE = 255  # an exec whose link went before it said how it ended
 
@@ -65,6 +66,25 @@ class CallTransport(Protocol):
         ...
 
     def exec_exit_code(self, exec_id: str) -> int | None: ...
+
+    def send_volume(
+        self,
+        target: CallTransport,
+        volumes: tuple[str, str],
+        scope: InstanceScope | None,
+        on_progress: Callable[[int], None],
+        timeout_s: float,
+    ) -> VolumeCopied:
+        """Stream volume `volumes[0]` of this host into `volumes[1]` on `target`'s
+        host (`runtime.transfer`), resuming what an earlier try left there;
+        `on_progress(bytes received)` from the calling thread."""
+        ...
+
+    def send_image(
+        self, target: CallTransport, ref: str, scope: InstanceScope | None, timeout_s: float
+    ) -> int:
+        """`docker save` of `ref` on this host into `docker load` on `target`'s."""
+        ...
 
 
 EXEC_PREFIX = "link:"
@@ -198,6 +218,29 @@ class LinkRuntime:
         if on_progress is not None:
             on_progress(copied, copied)
         return copied
+
+    def copy_volume_to(
+        self,
+        target: LinkRuntime,
+        source: str,
+        target_volume: str,
+        on_progress: Callable[[int], None],
+    ) -> VolumeCopied:
+        """Volume `source` of this host into `target_volume` (which exists) on
+        `target`'s host, over both links; resumable (see `runtime.transfer`)."""
+        return self._transport().send_volume(
+            target._transport(),
+            (source, target_volume),
+            self._scope,
+            on_progress,
+            self._copy_timeout_s,
+        )
+
+    def copy_image_to(self, target: LinkRuntime, ref: str) -> int:
+        """Image `ref` of this host onto `target`'s host, over both links; the bytes moved."""
+        return self._transport().send_image(
+            target._transport(), ref, self._scope, self._copy_timeout_s
+        )
 
     # -- containers ---------------------------------------------------------------
     def create_container(self, spec: ContainerSpec) -> ContainerState:

@@ -146,6 +146,14 @@ class DockerRuntime:
     ) -> str:
         return self._containers.commit(container_id, repository, tag, labels)
 
+    def save_image(self, ref: str) -> Iterator[bytes]:
+        """`docker save` of `ref` as it is read (an agent sends it to another host)."""
+        return self._images.save(ref)
+
+    def load_image(self, chunks: Iterator[bytes]) -> None:
+        """`docker load` of a `save_image` stream."""
+        self._images.load(chunks)
+
     def build_image(self, job: BuildJob) -> Iterator[BuildLine]:
         return DockerBuilder(self._api, self._cpus(), ALLOWED_CAPABILITIES).run(job)
 
@@ -207,6 +215,11 @@ class DockerRuntime:
 
     def list_volumes(self, labels: dict[str, str]) -> list[VolumeState]:
         return self._volumes.with_labels(labels)
+
+    def volume_directory(self, name: str) -> Path:
+        """Where the volume's contents lie on the engine's host (an agent reads
+        and writes them there to move them to another host)."""
+        return self._volumes.directory(name)
 
     def copy_volume(
         self,

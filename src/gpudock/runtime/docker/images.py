@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import docker
 import docker.errors
@@ -20,6 +20,8 @@ from gpudock.runtime.docker.translate import (
     translated,
 )
 
+SAVE_CHUNK = 1 << 20
+
 
 class DockerImages:
     """The images of one engine, remembering those it has seen present."""
@@ -27,6 +29,23 @@ class DockerImages:
     def __init__(self, api: docker.APIClient) -> None:
         self._api = api
         self._seen: set[str] = set()
+
+    def save(self, ref: str) -> Iterator[bytes]:
+        with translated(f"save image {ref}"):
+            chunks = self._api.get_image(ref, chunk_size=SAVE_CHUNK)
+        while True:
+            with translated(f"save image {ref}"):
+                chunk = next(chunks, None)
+            if chunk is None:
+                return
+            yield chunk
+
+    def load(self, chunks: Iterator[bytes]) -> None:
+        with translated("load an image"):
+            answer = self._api.load_image(chunks)
+            for line in answer or []:
+                if isinstance(line, dict) and line.get("error"):
+                    raise RuntimeFailure(f"could not load an image: {line['error']}")
 
     def present(self, ref: str) -> bool:
         try:

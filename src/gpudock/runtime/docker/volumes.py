@@ -112,6 +112,16 @@ class DockerVolumes:
         if self._loop is not None:
             self._loop.remove(name)
 
+    def directory(self, name: str) -> Path:
+        """The volume's contents on the engine's host: the loop file system's
+        data directory (mounted if it is not), or the engine's own mount point."""
+        if self._loop is not None and self._loop.has_image(name):
+            self.ensure_mounted(name)
+            return self._loop.data_dir(name)
+        with translated(f"inspect volume {name}"):
+            found = self._api.inspect_volume(name)
+        return Path(found["Mountpoint"])
+
     def with_labels(self, labels: dict[str, str]) -> list[VolumeState]:
         with translated("list volumes"):
             found = self._api.volumes(filters={"label": label_filter(labels)})
@@ -283,6 +293,9 @@ class LoopVolumes:
 
     def wait_for_pool(self, timeout_s: float) -> bool:
         return self._pool is not None and self._pool.settle(timeout_s)
+
+    def has_image(self, name: str) -> bool:
+        return (self._root / f"{name}.img").exists()
 
     def data_dir(self, name: str) -> Path:
         """What the engine binds: it exists only while the file system is mounted."""

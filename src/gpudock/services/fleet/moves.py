@@ -12,6 +12,7 @@ step moves a stopped instance whose host is full when it starts again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy.orm import Session
@@ -25,7 +26,8 @@ from gpudock.db.models import (
 )
 from gpudock.errors import RuntimeFailure
 from gpudock.messages import Message
-from gpudock.runtime.base import LABEL_HOST, LABEL_INSTANCE
+from gpudock.runtime.base import LABEL_CLUSTER, LABEL_HOST, LABEL_INSTANCE, LABEL_OWNER
+from gpudock.runtime.link import LinkRuntime
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import move_log as migration_log
 from gpudock.services.fleet.inventory import allocated_gpu_ids
@@ -139,6 +141,69 @@ def remove_stale_volumes(ctx: ServiceContext, instance: InstanceModel) -> None:
             runtime.remove_volume(volume.name)
 
 
+def carry_writable_layer_across(
+    ctx: ServiceContext, instance: InstanceModel, host: HostModel, token: str
+) -> InstanceModel:
+    """Before a start on another agent host than the one holding the instance's
+    container: commit that container's writable layer there and move the image
+    to `host` (`docker save`/`load` over both links) unless it has it already."""
+    came_from = instance.data_host_id
+    if came_from is None or came_from == host.id:
+        return instance
+    source = containers.runtime_of(ctx, instance, came_from)
+    destination = containers.runtime_of(ctx, instance, host.id)
+    if not isinstance(source, LinkRuntime) or not isinstance(destination, LinkRuntime):
+        return instance  # one engine: the run step commits and replaces in place
+    old = source.inspect_container(containers.container_name(ctx.cluster_id, instance.id))
+    if old is not None:
+        ref = source.commit_container(
+            old.id,
+            containers.system_image_repository(ctx.cluster_id, instance.id),
+            f"t{int(ctx.clock().timestamp())}",
+            {LABEL_OWNER: instance.user_id, LABEL_CLUSTER: ctx.cluster_id},
+        )
+
+        def mutate(session: Session, row: InstanceModel) -> InstanceModel:
+            row.system_image = ref
+            return row
+
+        instance = with_lease(ctx, instance.id, token, mutate)
+    if not destination.image_present(instance.system_image):
+        moved = source.copy_image_to(destination, instance.system_image)
+        log.info(
+            "instance %s: image %s moved (%d bytes)", instance.id, instance.system_image, moved
+        )
+    return instance
+
+
+def leave_other_engine(ctx: ServiceContext, instance: InstanceModel, came_from: str | None) -> None:
+    """After the instance runs on its new host: if it came from another engine
+    (an agent host), its container, volumes and committed image there go. An
+    old host that cannot be reached now keeps them for garbage collection
+    (and its fence) once it is back: the tenant is not held up for it."""
+    if came_from is None or came_from == instance.host_id:
+        return
+    try:
+        _remove_from(ctx, instance, came_from)
+    except RuntimeFailure as exc:
+        log.warning("instance %s: left on host %s for now: %s", instance.id, came_from, exc)
+
+
+def _remove_from(ctx: ServiceContext, instance: InstanceModel, came_from: str) -> None:
+    source = containers.runtime_of(ctx, instance, came_from)
+    if ctx.runtime_for(came_from) is ctx.runtime_for(instance.host_id):
+        return  # one engine: the run step replaced the container and its volume
+    name = containers.container_name(ctx.cluster_id, instance.id)
+    old = source.inspect_container(name)
+    if old is not None:
+        source.remove_container(old.id)
+    labels = {**containers.cluster_labels(ctx.cluster_id), LABEL_INSTANCE: instance.id}
+    for volume in source.list_volumes(labels):
+        source.remove_volume(volume.name)
+    if instance.system_image != instance.image:  # the committed layer, now on the new host
+        source.remove_image(instance.system_image)
+
+
 def _copy_data(
     ctx: ServiceContext, instance: InstanceModel, target: str, host: HostModel, token: str
 ) -> None:
@@ -158,20 +223,18 @@ def _copy_data(
         )
         with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, message, ctx.clock()))
 
-    if ctx.runtime_for(instance.data_host_id) is not ctx.runtime_for(host.id):
-        raise RuntimeFailure(
-            f"the data of instance {instance.name} is on another engine than {host.name}'s; "
-            "moving data between agent hosts is not supported yet: start it with --stay"
-        )
     log.info("instance %s: moving data %s → %s", instance.id, instance.data_volume, target)
-    copied = containers.runtime_of(ctx, instance, host.id).copy_volume(
-        instance.data_volume,
-        target,
-        image=instance.system_image,
-        helper_name=f"{containers.container_name(ctx.cluster_id, instance.id)}-move",
-        labels=containers.instance_labels(ctx.cluster_id, instance),
-        on_progress=progress,
-    )
+    if ctx.runtime_for(instance.data_host_id) is not ctx.runtime_for(host.id):
+        copied = _copy_between_hosts(ctx, instance, target, host, progress)
+    else:
+        copied = containers.runtime_of(ctx, instance, host.id).copy_volume(
+            instance.data_volume,
+            target,
+            image=instance.system_image,
+            helper_name=f"{containers.container_name(ctx.cluster_id, instance.id)}-move",
+            labels=containers.instance_labels(ctx.cluster_id, instance),
+            on_progress=progress,
+        )
     ctx.crash_point("after_data_copy")
 
     def record(session: Session, row: InstanceModel) -> None:
@@ -180,6 +243,39 @@ def _copy_data(
             move.bytes_copied = copied
 
     with_lease(ctx, instance.id, token, record)
+
+
+def _copy_between_hosts(
+    ctx: ServiceContext,
+    instance: InstanceModel,
+    target: str,
+    host: HostModel,
+    progress: Callable[[int, int], None],
+) -> int:
+    """Over the two hosts' links (`runtime.transfer`): resumable, so a retry after a
+    dropped link or a restarted agent or server carries on from what `host` holds."""
+    assert instance.data_volume is not None
+    source = containers.runtime_of(ctx, instance, instance.data_host_id)
+    destination = containers.runtime_of(ctx, instance, host.id)
+    if not isinstance(source, LinkRuntime) or not isinstance(destination, LinkRuntime):
+        raise RuntimeFailure(
+            f"the data of instance {instance.name} is on another engine than {host.name}'s, "
+            "and only agent hosts move data between engines: start it with --stay"
+        )
+    total = source.volume_used_bytes(instance.data_volume) or 0
+    copied = source.copy_volume_to(
+        destination, instance.data_volume, target, lambda done: progress(done, max(total, done))
+    )
+    log.info(
+        "instance %s: %d bytes of data moved to %s (%d sent, SHA-256 %s, tries from %s)",
+        instance.id,
+        copied.bytes_total,
+        host.name,
+        copied.bytes_sent,
+        copied.sha256,
+        copied.resumed_at,
+    )
+    return copied.bytes_total
 
 
 def _note(session: Session, instance: InstanceModel, message: str, at: datetime) -> None:

@@ -1,0 +1,127 @@
+"""A data volume from one agent host to another vs a plain stream of the same bytes.
+
+Two agents (hosts box-a and box-b) linked to one server's gateway in this
+process, over real TCP on 127.0.0.1, both on this machine's Docker Engine
+(`tests.support.agents.LinkRig`). Box-a's volume holds MIB of random data.
+
+- moved: `LinkRuntime.copy_volume_to` box-a → box-b (sparse tar, framed and
+  hashed, spooled, checked, unpacked: `runtime.transfer`), timed from the call
+  to its return.
+- baseline, in the same run, over the same two links: `cat` of the same file in
+  a helper container on box-a (an exec over its link) piped by this process into
+  `cat >` in a helper container on box-b (an exec over its link), timed from the
+  first exec to the second's exit.
+
+Usage: .venv/bin/python -m bench.migration_remote [--mib 1024] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+from tests.support.agents import LinkRig, join_parts
+from tests.support.sshgw import wait_for
+
+from gpudock.platform import open_platform
+from gpudock.runtime.docker import DockerRuntime
+from gpudock.runtime.fake import FakeRuntime
+from gpudock.runtime.link import LinkRuntime
+from gpudock.services.agents import hosts
+from gpudock.settings import Settings
+
+IMAGE = "gpudock/base:bookworm"
+PIPE = 1 << 18
+
+
+def _runtime(rig: LinkRig, name: str) -> LinkRuntime:
+    ctx = rig.platform.ctx
+    assert ctx.hosts is not None
+    found = ctx.hosts.for_host(hosts.get_host(ctx, name).id)
+    assert isinstance(found, LinkRuntime)
+    return found
+
+
+def _wait_linked(rig: LinkRig, name: str) -> None:
+    ctx = rig.platform.ctx
+    assert ctx.hosts is not None
+    linked = ctx.hosts.linked
+    wait_for(lambda: linked(hosts.get_host(ctx, name).id), f"{name} linked")
+
+
+def _plain(a: LinkRuntime, b: LinkRuntime, sender: str, receiver: str) -> float:
+    started = time.perf_counter()
+    out = a.open_exec_stream(sender, ["cat", "/v/random.bin"], tty=False, env={})
+    into = b.open_exec_stream(receiver, ["sh", "-c", "cat > /v/plain.bin"], tty=False, env={})
+    out.sock.setblocking(True)
+    into.sock.setblocking(True)
+    while data := out.sock.recv(PIPE):
+        into.sock.sendall(data)
+    into.sock.shutdown(socket.SHUT_WR)
+    wait_for(lambda: b.exec_exit_code(into.exec_id) is not None, "the receiving cat", 600)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mib", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    client = docker.from_env()
+    with tempfile.TemporaryDirectory(prefix="gpudock-bench-") as workdir:
+        settings = Settings(
+            data_dir=Path(workdir) / "data",
+            runtime="fake",
+            simulate="1x1xA100-80GB",
+            image_pull="never",
+            agent_link_port=0,
+            agent_link_host="127.0.0.1",
+        )
+        rig = LinkRig(open_platform(settings, runtime=FakeRuntime()), Path(workdir))
+        engine = DockerRuntime(host_firewall=False)
+        rig.start()
+        helpers = []
+        try:
+            for agent, host in (("a", "box-a"), ("b", "box-b")):
+                url, token = join_parts(hosts.add_host(rig.platform.ctx, host).join_command)
+                rig.join(agent, url, token, runtime=engine)
+                _wait_linked(rig, host)
+            source, target = "gpudock-bench-from", "gpudock-bench-to"
+            for volume in (source, target):
+                engine.ensure_volume(volume, {"gpudock.bench": "migration-remote"})
+            with (engine.volume_directory(source) / "random.bin").open("wb") as handle:
+                for _ in range(args.mib):
+                    handle.write(os.urandom(1 << 20))
+            for volume in (source, target):
+                helpers.append(
+                    client.containers.run(
+                        IMAGE, ["sleep", "infinity"], detach=True, volumes={volume: {"bind": "/v"}}
+                    )
+                )
+            a, b = _runtime(rig, "box-a"), _runtime(rig, "box-b")
+            print(f"load average {os.getloadavg()}; {args.mib} MiB")
+            for round_ in range(args.rounds):
+                plain = _plain(a, b, helpers[0].id, helpers[1].id)
+                started = time.perf_counter()
+                copied = a.copy_volume_to(b, source, target, lambda _: None)
+                moved = time.perf_counter() - started
+                print(
+                    f"round {round_}: moved {moved:.2f} s ({copied.bytes_total / moved / 2**20:.0f}"
+                    f" MiB/s), plain {plain:.2f} s, ratio {moved / plain:.2f}"
+                )
+        finally:
+            for helper in helpers:
+                helper.remove(force=True)
+            rig.stop()
+            for volume in ("gpudock-bench-from", "gpudock-bench-to"):
+                engine.remove_volume(volume)
+            rig.platform.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""A data volume from one agent host to another, as messages on the two links.
+
+The server relays: it opens a receive channel on the destination's link
+(`RECEIVE_COMMAND` + `VolumeReceive`), which answers where to resume (the bytes
+it already holds), then a send channel on the source's link (`SEND_COMMAND` +
+`VolumeSend`, resuming there), and pipes the source's stdout into the
+destination's stdin. Direct agent→agent is not done: an agent behind NAT has
+no inbound port, and the relay needs none.
+
+What flows is a GNU tar of the volume's contents made with `--sparse` (only
+the files' allocated extents are read and sent: tar finds the holes with
+`SEEK_DATA`/`SEEK_HOLE`) and `--sort=name`, so that the same untouched volume
+gives the same bytes each time: a resumed send regenerates the stream and skips
+what the destination holds. Agent volumes are the engine's own directories
+(agents keep no loop images), which is why the stream is of the contents and
+not of a backing file.
+
+The stream is cut into frames, `FRAME` (offset, length, SHA-256 of the
+payload) then the payload; a frame of length 0 ends it, its offset the stream's
+length and its digest the SHA-256 of the whole stream. The destination checks
+each frame (its offset must be what it holds, its digest its payload's), spools
+the good ones, and answers on its stdout, one JSON `ReceiveReport` a line:
+progress, a resume point when a frame failed (the server asks again from
+there), or the end (the whole stream's digest checked against the spool, then
+unpacked into the volume).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+from gpudock.runtime.calls import InstanceScope
+
+SAVE_COMMAND = "gpudock-image-save "  # + ImageMove: stdout is `docker save` of it
+LOAD_COMMAND = "gpudock-image-load "  # + ImageMove: stdin is loaded (`docker load`)
+SEND_COMMAND = "gpudock-volume-send "
+RECEIVE_COMMAND = "gpudock-volume-receive "
+FRAME = struct.Struct("!QI32s")  # offset, payload length, SHA-256 of the payload
+CHUNK = 1 << 20  # payload bytes a frame carries at most
+
+
+class ImageMove(BaseModel):
+    ref: str
+    scope: InstanceScope | None = None
+
+
+class VolumeSend(BaseModel):
+    volume: str
+    resume_at: int = 0
+    scope: InstanceScope | None = None
+
+
+class VolumeReceive(BaseModel):
+    volume: str
+    scope: InstanceScope | None = None
+
+
+class ReceiveReport(BaseModel):
+    """One line from the destination. Exactly one of: `resume_at` (send from
+    there; with `message` when a frame failed), `received` (progress), `done`
+    (the stream's length, all of it checked and unpacked), `error`."""
+
+    resume_at: int | None = None
+    received: int | None = None
+    done: int | None = None
+    sha256: str | None = None
+    message: str = ""
+    error: str | None = None
+
+
+@dataclass
+class VolumeCopied:
+    """A finished copy: the stream's length and SHA-256, what crossed the links
+    this time (less than the length after a resume), and where each try began."""
+
+    bytes_total: int
+    bytes_sent: int
+    sha256: str
+    resumed_at: list[int] = field(default_factory=list)
