@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.agent_cluster import Cluster, fake_gpus
+from tests.support.agent_cluster import Cluster, fake_gpus, linked_server
 from tests.support.fleet_netns import leftovers, netns_fleet
-from tests.support.server_process import ServerProcess
 from tests.support.sshgw import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.netns]
@@ -33,22 +32,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             ("n", fake_gpus("H200", 1, 140)),
         ):
             (workdir / f"nvml-{name}.json").write_text(json.dumps({"gpus": gpus}))
-        server = ServerProcess(
-            workdir / "server",
-            simulate="1x1xA100-80GB",
-            env={
-                "GPUDOCK_AGENT_LINK_HOST": fleet.server_address,
-                "GPUDOCK_AGENT_LINK_PORT": "0",
-                "GPUDOCK_AGENT_HEARTBEAT_S": "0.3",
-                "GPUDOCK_AGENT_LINK_TIMEOUT_S": "2",
-            },
-        )
-        server.start()
-        try:
-            yield Cluster(fleet, server, workdir)
-        finally:
-            server.kill()
-    assert leftovers(fleet) == []
+        with linked_server(fleet, workdir) as cluster:
+            yield cluster
+    assert leftovers(fleet) == []  # after the fleet's teardown
 
 
 def _state_gpus(cluster: Cluster, name: str) -> list[str]:

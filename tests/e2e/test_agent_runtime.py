@@ -20,10 +20,9 @@ import docker
 import httpx
 import pytest
 
-from tests.support.agent_cluster import Cluster, fake_gpus
+from tests.support.agent_cluster import Cluster, fake_gpus, linked_server
 from tests.support.fleet_netns import leftovers, netns_fleet
 from tests.support.key_proof import make_key, post_with_proof
-from tests.support.server_process import ServerProcess
 from tests.support.ssh_options import SSH_OPTIONS
 from tests.support.sshgw import wait_for
 
@@ -33,23 +32,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.netns]
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("agent-runtime")
-    with netns_fleet(workdir, direct=(), natted="n") as fleet:
-        server = ServerProcess(
-            workdir / "server",
-            simulate="1x1xA100-80GB",
-            env={
-                "GPUDOCK_AGENT_LINK_HOST": fleet.server_address,
-                "GPUDOCK_AGENT_LINK_PORT": "0",
-                "GPUDOCK_AGENT_HEARTBEAT_S": "0.3",
-                "GPUDOCK_AGENT_LINK_TIMEOUT_S": "2",
-            },
-        )
-        server.start()
-        try:
-            yield Cluster(fleet, server, workdir)
-        finally:
-            server.kill()
-    assert leftovers(fleet) == []
+    with (
+        netns_fleet(workdir, direct=(), natted="n") as fleet,
+        linked_server(fleet, workdir) as cluster,
+    ):
+        yield cluster
+    assert leftovers(fleet) == []  # after the fleet's teardown
 
 
 def _instance(user: httpx.Client, instance_id: str, status: str) -> dict[str, Any]:

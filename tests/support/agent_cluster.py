@@ -3,10 +3,12 @@ driven through the CLI as an operator would: what the agent e2e tests share."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,3 +93,24 @@ def fake_gpus(model: str, count: int, memory_gib: int) -> list[dict[str, Any]]:
         }
         for index in range(count)
     ]
+
+
+@contextlib.contextmanager
+def linked_server(fleet: NetnsFleet, workdir: Path) -> Iterator[Cluster]:
+    """A `gpudock server` taking agents on the fleet's bridge (fast heartbeats),
+    killed after."""
+    server = ServerProcess(
+        workdir / "server",
+        simulate="1x1xA100-80GB",
+        env={
+            "GPUDOCK_AGENT_LINK_HOST": fleet.server_address,
+            "GPUDOCK_AGENT_LINK_PORT": "0",
+            "GPUDOCK_AGENT_HEARTBEAT_S": "0.3",
+            "GPUDOCK_AGENT_LINK_TIMEOUT_S": "2",
+        },
+    )
+    server.start()
+    try:
+        yield Cluster(fleet, server, workdir)
+    finally:
+        server.kill()
