@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,17 @@ from tests.support.docker import (
 )
 from tests.support.factories import Tenant, make_tenant
 from tests.support.platforms import FLEET, POSTGRES_ENV, PlatformFactory, postgres_admin_url  # noqa: F401
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A run stopped by SIGTERM (a timeout, a cancelled job) still tears its
+    # fixtures down, so it leaves no containers, mounts or loop devices behind:
+    # pytest runs the teardowns it owes when the session ends on an interrupt.
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture(scope="session")
