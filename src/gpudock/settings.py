@@ -190,6 +190,11 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = Field(default=2.0, gt=0)
     lease_s: float = Field(default=60.0, gt=0)
     reconcile_workers: int = Field(default=8, ge=1, le=64)
+    slow_step_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A lifecycle step running longer than this is logged with its stack.",
+    )
     queue_overtake_limit_s: float = Field(
         default=3600.0,
         ge=0,

@@ -105,7 +105,7 @@ def test_parallel_creates_on_two_servers_share_no_gpu_and_charge_once(
     for thread in threads:
         thread.join()
     assert errors == [] and len(made) == 8
-    wait_settled(first, token)
+    wait_settled(first, token, others=(second,))
     with second.client(token) as user:
         listed = user.get("/instances").json()
     running = [i for i in listed if i["status"] == "running"]
@@ -244,7 +244,7 @@ def test_killing_one_server_under_load_leaves_the_other_serving_and_consistent(
     assert load.dropped[second.port] == 0
     assert [c for c in load.codes[second.port] if c >= 500] == []
     assert [c for c in load.codes[first.port] if c >= 500] == []
-    wait_settled(second, token)
+    wait_settled(second, token, others=(first,))
     assert invariants.check(postgres_url) == []
     _, sessions, cluster = second.database()
     assert_converged_on(sessions, cluster, engine)

@@ -60,6 +60,7 @@ class ServerProcess:
             "GPUDOCK_RECONCILE_INTERVAL_S": "0.5",
             "GPUDOCK_HEALTH_CHECK_INTERVAL_S": "1",
             "GPUDOCK_SSH_PORT": "0",  # the SSH gateway on any free port, never 2222
+            "GPUDOCK_SLOW_STEP_S": "15",  # a stuck step's stack in the log (wait_settled)
             **self.env,
             **extra_env,
         }
@@ -130,8 +131,15 @@ def wait_for(client: httpx.Client, instance_id: str, status: str, timeout_s: flo
     raise AssertionError(f"{instance_id} never became {status}; last seen {last}")
 
 
-def wait_settled(server: ServerProcess, token: str, timeout_s: float = 90.0) -> None:
-    """Wait until every instance is stable or queued for GPUs that are all taken."""
+def wait_settled(
+    server: ServerProcess,
+    token: str,
+    timeout_s: float = 90.0,
+    others: tuple[ServerProcess, ...] = (),
+) -> None:
+    """Wait until every instance is stable or queued for GPUs that are all taken.
+    On failure the servers' log lines about the unsettled instances (and any
+    slow-step stacks) are part of the message: the step may be on any of them."""
     transitional = {"pending", "creating", "stopping", "starting", "deleting"}
     deadline = time.monotonic() + timeout_s
     with server.client(token) as user:
@@ -142,4 +150,18 @@ def wait_settled(server: ServerProcess, token: str, timeout_s: float = 90.0) -> 
             if len(busy) == len(waiting):
                 return
             time.sleep(0.1)
-    raise AssertionError(f"not settled: {busy}")
+    ids = [i["id"] for i in busy]
+    logs = "\n".join(_log_about(s, ids) for s in (server, *others))
+    raise AssertionError(f"not settled: {busy}\n{logs}")
+
+
+def _log_about(server: ServerProcess, ids: list[str], most: int = 60) -> str:
+    """The lines of each of a server's logs (one per start) that name one of
+    `ids` or belong to a stack."""
+    parts = []
+    for path in sorted(server.data_dir.glob("server-*.log")):
+        lines = path.read_text(errors="replace").splitlines()
+        stack = ("  File", "    ", "Traceback")
+        keep = [line for line in lines if any(i in line for i in ids) or line.startswith(stack)]
+        parts.append(f"--- {path.name} ---\n" + "\n".join(keep[-most:]))
+    return "\n".join(parts) or f"{server.data_dir}: no server log"

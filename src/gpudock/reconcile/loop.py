@@ -51,6 +51,7 @@ from gpudock.reconcile import (
     placement,
     sampling,
     share_watch,
+    slow_steps,
     system_disks,
 )
 from gpudock.services.context import ServiceContext
@@ -60,6 +61,7 @@ from gpudock.services.metrics.sampling import SamplerState
 log = logging.getLogger(__name__)
 S = InstanceStatus
 GC_INTERVAL_S = 60.0
+SLOW_STEP_CHECK_S = 5.0
 
 
 @dataclass
@@ -98,6 +100,7 @@ class Reconciler:
         self._stopping = threading.Event()
         self._pool = ThreadPoolExecutor(ctx.settings.reconcile_workers, "gpudock-reconcile")
         self._in_flight: dict[str, Future[None]] = {}
+        self.step_watch = slow_steps.StepWatch(ctx.settings.slow_step_s)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._charging_thread: threading.Thread | None = None
@@ -114,6 +117,7 @@ class Reconciler:
             _Pass("moves off failed GPUs", lambda: gpu_health.converge(ctx)),
             _Pass("placement", lambda: placement.place_waiting(ctx, self.placement)),
             _Pass("lifecycle steps", self._submit_active),
+            _Pass("slow steps", self.step_watch.report, SLOW_STEP_CHECK_S),
             _Pass(
                 "GPU health",
                 lambda: gpu_health.health_pass(ctx, health_watch),
@@ -259,11 +263,13 @@ class Reconciler:
             self._in_flight[instance_id] = future
 
     def _advance(self, instance_id: str) -> None:
+        self.step_watch.started(instance_id)
         try:
             lifecycle.advance(self._ctx, instance_id)
         except Exception:
             log.exception("instance %s: step failed", instance_id)
         finally:
+            self.step_watch.finished(instance_id)
             self._wake.set()  # a step may unlock the next one (e.g. placement)
 
     def drain(self, timeout_s: float = 60.0) -> None:
