@@ -137,22 +137,40 @@ def wait_settled(
     timeout_s: float = 90.0,
     others: tuple[ServerProcess, ...] = (),
 ) -> None:
-    """Wait until every instance is stable or queued for GPUs that are all taken.
+    """Wait until every instance is stable, in the state asked of it, or queued for
+    GPUs that are all taken. A stop or start the API has accepted but no reconciler
+    has begun counts as busy: its step is still to come.
     On failure the servers' log lines about the unsettled instances (and any
     slow-step stacks) are part of the message: the step may be on any of them."""
-    transitional = {"pending", "creating", "stopping", "starting", "deleting"}
     deadline = time.monotonic() + timeout_s
+    busy: list[dict[str, Any]] = []
     with server.client(token) as user:
         while time.monotonic() < deadline:
-            listed = user.get("/instances").json()
-            busy = [i for i in listed if i["status"] in transitional]
-            waiting = [i for i in busy if i["status_reason"].startswith("waiting for")]
-            if len(busy) == len(waiting):
+            answer = user.get("/instances")
+            if answer.status_code == 429:  # the tenant's rate limit, after a load
+                time.sleep(float(answer.headers.get("Retry-After", "1")))
+                continue
+            assert answer.status_code == 200, answer.text
+            busy = [i for i in answer.json() if not _settled(i)]
+            if all(i["status_reason"].startswith(_QUEUED) for i in busy):
                 return
             time.sleep(0.1)
     ids = [i["id"] for i in busy]
     logs = "\n".join(_log_about(s, ids) for s in (server, *others))
     raise AssertionError(f"not settled: {busy}\n{logs}")
+
+
+_TRANSITIONAL = {"pending", "creating", "stopping", "starting", "deleting", "migrating"}
+_QUEUED = ("waiting for", "moving: waiting for")  # for GPUs that are all taken
+
+
+def _settled(instance: dict[str, Any]) -> bool:
+    status, desired = instance["status"], instance["desired_state"]
+    if status in _TRANSITIONAL:
+        return False
+    return not (status == "running" and desired != "running") and not (
+        status == "stopped" and desired == "running"
+    )
 
 
 def _log_about(server: ServerProcess, ids: list[str], most: int = 60) -> str:
