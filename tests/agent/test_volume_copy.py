@@ -19,7 +19,7 @@ from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.platform import Platform
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.link import LinkRuntime
-from gpudock.runtime.transfer import FRAME
+from gpudock.runtime.transfer import CHUNK, FRAME, StreamDigest, stream_digest
 from gpudock.services.agents import hosts
 from gpudock.services.agents.hosts import AgentHost
 from tests.support.agents import LinkRig, join_parts
@@ -108,6 +108,7 @@ def _digests(directory: Path) -> dict[str, str]:
 def test_a_volume_moves_with_its_holes_and_its_digest(pair: _Pair) -> None:
     source_dir = pair.engine.volume_directory(pair.source)
     _fill(source_dir)
+    (pair.engine.volume_directory(pair.target) / "stale.txt").write_text("an earlier try's\n")
     progress: list[int] = []
     copied = pair.runtime("box-a").copy_volume_to(
         pair.runtime("box-b"), pair.source, pair.target, progress.append
@@ -141,7 +142,7 @@ def test_a_copy_resumes_from_what_the_destination_kept(pair: _Pair) -> None:
     )
     assert copied.resumed_at == [kept]
     assert len(stream) - kept < copied.bytes_sent < len(stream) - kept + _frames(len(stream))
-    assert copied.sha256 == hashlib.sha256(stream).hexdigest()
+    assert copied.sha256 == stream_digest(stream).hex()
     assert _digests(pair.engine.volume_directory(pair.target)) == _digests(source_dir)
 
 
@@ -197,3 +198,20 @@ def test_an_image_goes_from_one_host_to_the_other_as_a_save_and_load(pair: _Pair
     assert pair.engine.image_present("gpudock/base:bookworm")
     with pytest.raises(RuntimeFailure, match="gpudock-test/no-such:image"):
         pair.runtime("box-a").copy_image_to(pair.runtime("box-b"), "gpudock-test/no-such:image")
+
+
+def test_the_stream_digest_is_the_same_however_the_bytes_are_fed() -> None:
+    data = os.urandom(3 * CHUNK + 12345)
+    expected = hashlib.sha256(
+        b"".join(hashlib.sha256(data[i : i + CHUNK]).digest() for i in range(0, len(data), CHUNK))
+    ).digest()
+    as_frames, resumed = StreamDigest(), StreamDigest()
+    for i in range(0, len(data), CHUNK):
+        piece = data[i : i + CHUNK]
+        as_frames.add(piece, hashlib.sha256(piece).digest())
+    cut = CHUNK + 777  # a resume point inside a piece, then frames from there
+    resumed.add(data[:cut])
+    resumed.add(data[cut : 2 * CHUNK])
+    resumed.add(data[2 * CHUNK :])
+    assert as_frames.digest() == resumed.digest() == stream_digest(data) == expected
+    assert stream_digest(data[:-1]) != expected

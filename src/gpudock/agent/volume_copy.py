@@ -3,9 +3,10 @@
 Sending: tar the volume's directory (sparse, sorted), hash all of it, and frame
 what lies past the resume point. Receiving: check each frame, append it to a
 spool under the agent's state directory (it survives a dropped link or a
-restarted agent: the next receive resumes at its length), and once the end
-frame's digest matches the spool's, unpack it into the volume and drop the
-spool. The volume's container is stopped while this runs (the server stops it
+restarted agent: the next receive resumes at its length, replaying the kept
+part through tar first), and unpack it into the volume as it lands; once the
+end frame's digest matches the whole stream's, tar is waited for and the spool
+dropped. The volume's container is stopped while this runs (the server stops it
 before it moves the data), so its contents do not change under the stream.
 """
 
@@ -16,7 +17,6 @@ import contextlib
 import hashlib
 import logging
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
@@ -33,6 +33,7 @@ from gpudock.runtime.transfer import (
     RECEIVE_COMMAND,
     SEND_COMMAND,
     ReceiveReport,
+    StreamDigest,
     VolumeReceive,
     VolumeSend,
 )
@@ -99,16 +100,19 @@ async def _send(
         stderr=asyncio.subprocess.PIPE,
     )
     assert tar.stdout is not None and tar.stderr is not None
-    whole = hashlib.sha256()
+    whole = StreamDigest()
     offset = 0
     try:
         while chunk := await _read_up_to(tar.stdout, CHUNK):
-            whole.update(chunk)
+            digest = hashlib.sha256(chunk).digest()
+            whole.add(chunk, digest)
             end = offset + len(chunk)
             if end > request.resume_at:
                 start = max(offset, request.resume_at)
                 piece = chunk[start - offset :]
-                process.stdout.write(FRAME.pack(start, len(piece), hashlib.sha256(piece).digest()))
+                if start != offset:  # the first frame after a resume: part of a piece
+                    digest = hashlib.sha256(piece).digest()
+                process.stdout.write(FRAME.pack(start, len(piece), digest))
                 process.stdout.write(piece)
                 await process.stdout.drain()
             offset = end
@@ -151,28 +155,50 @@ async def _receive(
     spool = spool_dir / f"{request.volume}.tar.part"
     held = spool.stat().st_size if spool.exists() else 0
     await _report(process, ReceiveReport(resume_at=held))
-    with spool.open("ab") as out:
-        ended = await _frames_into(process, out, held)
+    unpacker = await _Unpacker.start(directory)
+    whole = StreamDigest()
+    try:
+        if held:  # a resumed copy: what was kept goes through tar and the digest first
+            await _replay(spool, whole, unpacker)
+        with spool.open("ab") as out:
+            ended = await _frames_into(process, out, held, whole, unpacker)
+    except BaseException:
+        await unpacker.abort()
+        raise
     if ended is None:
+        await unpacker.abort()
         return
     total, digest = ended
-    if total != spool.stat().st_size or await asyncio.to_thread(_digest, spool) != digest:
+    if total != spool.stat().st_size or whole.digest() != digest:
+        await unpacker.abort()
         spool.unlink()  # what was kept does not add up: from the start again
         message = f"volume {request.volume}: the stream's SHA-256 does not match what was kept"
         await _report(process, ReceiveReport(resume_at=0, message=message))
         process.exit(FAILED)
         return
-    await asyncio.to_thread(_unpack, spool, directory)
+    await unpacker.finish()
     spool.unlink()
     await _report(process, ReceiveReport(done=total, sha256=digest.hex()))
     process.exit(0)
 
 
+async def _replay(spool: Path, whole: StreamDigest, unpacker: _Unpacker) -> None:
+    with spool.open("rb") as kept:
+        while block := await asyncio.to_thread(kept.read, CHUNK):
+            whole.add(block)
+            await unpacker.write(block)
+
+
 async def _frames_into(
-    process: asyncssh.SSHServerProcess[bytes], out: BinaryIO, held: int
+    process: asyncssh.SSHServerProcess[bytes],
+    out: BinaryIO,
+    held: int,
+    whole: StreamDigest,
+    unpacker: _Unpacker,
 ) -> tuple[int, bytes] | None:
-    """Good frames appended to `out`; the end frame's (length, digest), or None
-    when the stream broke off or a frame failed (reported: resume point)."""
+    """Good frames appended to `out`, hashed into `whole` and unpacked as they
+    land; the end frame's (length, digest), or None when the stream broke off
+    or a frame failed (reported: resume point)."""
     reported = held
     while True:
         try:
@@ -190,34 +216,75 @@ async def _frames_into(
             return None
         out.write(payload)
         out.flush()  # in the page cache: a killed agent keeps it
+        whole.add(payload, digest)
+        await unpacker.write(payload)
         held += length
         if held - reported >= PROGRESS_EVERY:
             reported = held
             await _report(process, ReceiveReport(received=held))
 
 
-def _digest(path: Path) -> bytes:
-    whole = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(CHUNK):
-            whole.update(block)
-    return whole.digest()
+class _Unpacker:
+    """`tar -x` into the volume, fed the stream as it lands, so the data is
+    written once more at the destination but never read back. The volume is
+    cleared first (what an earlier try left). If tar stops reading early (a
+    kept spool that is not the stream's start), the writes are dropped: the
+    whole-stream digest fails then and the copy starts again from 0."""
+
+    def __init__(self, directory: Path, tar: asyncio.subprocess.Process) -> None:
+        self._directory, self._tar = directory, tar
+        self._gone = False
+
+    @classmethod
+    async def start(cls, directory: Path) -> _Unpacker:
+        await asyncio.to_thread(_clear, directory)
+        tar = await asyncio.create_subprocess_exec(
+            *TAR,
+            "-xpf",
+            "-",
+            "-C",
+            str(directory),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        return cls(directory, tar)
+
+    async def write(self, data: bytes) -> None:
+        assert self._tar.stdin is not None
+        if self._gone:
+            return
+        try:
+            self._tar.stdin.write(data)
+            await self._tar.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            self._gone = True
+
+    async def finish(self) -> None:
+        """Wait for tar; `RuntimeFailure` with its words if it failed."""
+        assert self._tar.stdin is not None and self._tar.stderr is not None
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._tar.stdin.close()
+            await self._tar.stdin.wait_closed()
+        errors = await self._tar.stderr.read()
+        # Stopping early with 0 is tar at the archive's end marker: the digest
+        # matched, so this is the source's own stream, and all of it was unpacked.
+        if await self._tar.wait() != 0:
+            words = errors.decode(errors="replace")[-300:]
+            raise RuntimeFailure(f"unpacking into {self._directory} failed: {words}")
+
+    async def abort(self) -> None:
+        if self._tar.returncode is None:
+            self._tar.kill()
+        await self._tar.wait()
 
 
-def _unpack(spool: Path, directory: Path) -> None:
-    """The volume's contents become the stream's: what an earlier try left goes first."""
+def _clear(directory: Path) -> None:
     for entry in directory.iterdir():
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
-    result = subprocess.run(
-        [*TAR, "-xpf", str(spool), "-C", str(directory)],
-        capture_output=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeFailure(f"unpacking into {directory} failed: {result.stderr.decode()[-300:]}")
 
 
 async def _report(process: asyncssh.SSHServerProcess[bytes], report: ReceiveReport) -> None:

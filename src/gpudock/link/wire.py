@@ -24,7 +24,7 @@ import asyncssh
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 SUBSYSTEM = "gpudock-link"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: a volume stream ends with its StreamDigest
 LINK_USERNAME = "gpudock-server"
 
 
