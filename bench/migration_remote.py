@@ -12,6 +12,9 @@ process, over real TCP on 127.0.0.1, both on this machine's Docker Engine
   `cat >` in a helper container on box-b (an exec over its link), timed from the
   first exec to the second's exit.
 
+Each timed leg starts after `sync`, so that neither pays for writing back the
+other's data; the order alternates by round (plain first in even rounds).
+
 Usage: .venv/bin/python -m bench.migration_remote [--mib 1024] [--rounds 2]
 """
 
@@ -32,6 +35,7 @@ from gpudock.platform import open_platform
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.runtime.link import LinkRuntime
+from gpudock.runtime.transfer import VolumeCopied
 from gpudock.services.agents import hosts
 from gpudock.settings import Settings
 
@@ -65,6 +69,20 @@ def _plain(a: LinkRuntime, b: LinkRuntime, sender: str, receiver: str) -> float:
     into.sock.shutdown(socket.SHUT_WR)
     wait_for(lambda: b.exec_exit_code(into.exec_id) is not None, "the receiving cat", 600)
     return time.perf_counter() - started
+
+
+def _plain_timed(a: LinkRuntime, b: LinkRuntime, sender: str, receiver: str) -> float:
+    os.sync()  # neither leg pays for the other's writeback
+    return _plain(a, b, sender, receiver)
+
+
+def _move_timed(
+    a: LinkRuntime, b: LinkRuntime, source: str, target: str
+) -> tuple[float, VolumeCopied]:
+    os.sync()
+    started = time.perf_counter()
+    copied = a.copy_volume_to(b, source, target, lambda _: None)
+    return time.perf_counter() - started, copied
 
 
 def main() -> None:
@@ -106,10 +124,11 @@ def main() -> None:
             a, b = _runtime(rig, "box-a"), _runtime(rig, "box-b")
             print(f"load average {os.getloadavg()}; {args.mib} MiB")
             for round_ in range(args.rounds):
-                plain = _plain(a, b, helpers[0].id, helpers[1].id)
-                started = time.perf_counter()
-                copied = a.copy_volume_to(b, source, target, lambda _: None)
-                moved = time.perf_counter() - started
+                if round_ % 2 == 0:
+                    plain = _plain_timed(a, b, helpers[0].id, helpers[1].id)
+                moved, copied = _move_timed(a, b, source, target)
+                if round_ % 2 == 1:
+                    plain = _plain_timed(a, b, helpers[0].id, helpers[1].id)
                 print(
                     f"round {round_}: moved {moved:.2f} s ({copied.bytes_total / moved / 2**20:.0f}"
                     f" MiB/s), plain {plain:.2f} s, ratio {moved / plain:.2f}"

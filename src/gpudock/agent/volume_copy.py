@@ -17,9 +17,10 @@ import contextlib
 import hashlib
 import logging
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import IO, BinaryIO, Protocol, runtime_checkable
 
 import asyncssh
 from pydantic import ValidationError
@@ -89,41 +90,35 @@ async def _send(
     runtime: VolumeDirectories, request: VolumeSend, process: asyncssh.SSHServerProcess[bytes]
 ) -> None:
     directory = await asyncio.to_thread(runtime.volume_directory, request.volume)
-    tar = await asyncio.create_subprocess_exec(
-        *TAR,
-        "-C",
-        str(directory),
-        "-cf",
-        "-",
-        ".",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    tar = subprocess.Popen(
+        [*TAR, "-C", str(directory), "-cf", "-", "."],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert tar.stdout is not None and tar.stderr is not None
     whole = StreamDigest()
     offset = 0
+    # Reading and hashing the next piece (a thread: both let go of the GIL) runs
+    # while this one goes out over the link.
+    ahead = asyncio.ensure_future(asyncio.to_thread(_next_piece, tar.stdout))
     try:
-        while chunk := await _read_up_to(tar.stdout, CHUNK):
-            digest = hashlib.sha256(chunk).digest()
+        while (piece := await ahead)[0]:
+            chunk, digest = piece
+            ahead = asyncio.ensure_future(asyncio.to_thread(_next_piece, tar.stdout))
             whole.add(chunk, digest)
             end = offset + len(chunk)
             if end > request.resume_at:
-                start = max(offset, request.resume_at)
-                piece = chunk[start - offset :]
-                if start != offset:  # the first frame after a resume: part of a piece
-                    digest = hashlib.sha256(piece).digest()
-                process.stdout.write(FRAME.pack(start, len(piece), digest))
-                process.stdout.write(piece)
-                await process.stdout.drain()
+                await _send_frame(process, chunk, offset, digest, request.resume_at)
             offset = end
     except (asyncssh.Error, OSError):
         return
     finally:
-        if tar.returncode is None and not tar.stdout.at_eof():  # cut short, or the agent stops
+        if not ahead.done():  # cut short, or the agent stops: tar goes, and its reader
             tar.kill()
-            await tar.wait()
-    errors = await tar.stderr.read()
-    if await tar.wait() != 0:
+            await asyncio.wait([ahead])
+        await asyncio.to_thread(tar.wait)
+    errors = tar.stderr.read()
+    if tar.returncode != 0:
         raise RuntimeFailure(f"tar of volume {request.volume} failed: {errors.decode()[-300:]}")
     process.stdout.write(FRAME.pack(offset, 0, whole.digest()))
     with contextlib.suppress(asyncssh.Error, OSError):
@@ -131,17 +126,26 @@ async def _send(
     process.exit(0)
 
 
-async def _read_up_to(reader: asyncio.StreamReader, size: int) -> bytes:
-    """Up to `size` bytes, fewer only at the end (full frames, not pipe-sized ones)."""
-    parts: list[bytes] = []
-    wanted = size
-    while wanted:
-        part = await reader.read(wanted)
-        if not part:
-            break
-        parts.append(part)
-        wanted -= len(part)
-    return b"".join(parts)
+def _next_piece(stream: IO[bytes]) -> tuple[bytes, bytes]:
+    """The next `CHUNK` of the stream (less only at its end) and its SHA-256."""
+    chunk = stream.read(CHUNK)
+    return chunk, hashlib.sha256(chunk).digest() if chunk else b""
+
+
+async def _send_frame(
+    process: asyncssh.SSHServerProcess[bytes],
+    chunk: bytes,
+    offset: int,
+    digest: bytes,
+    resume_at: int,
+) -> None:
+    start = max(offset, resume_at)
+    piece = chunk[start - offset :]
+    if start != offset:  # the first frame after a resume: part of a piece
+        digest = hashlib.sha256(piece).digest()
+    process.stdout.write(FRAME.pack(start, len(piece), digest))
+    process.stdout.write(piece)
+    await process.stdout.drain()
 
 
 async def _receive(
@@ -155,73 +159,110 @@ async def _receive(
     spool = spool_dir / f"{request.volume}.tar.part"
     held = spool.stat().st_size if spool.exists() else 0
     await _report(process, ReceiveReport(resume_at=held))
-    unpacker = await _Unpacker.start(directory)
-    whole = StreamDigest()
+    unpacker = await asyncio.to_thread(_Unpacker, directory)
     try:
-        if held:  # a resumed copy: what was kept goes through tar and the digest first
-            await _replay(spool, whole, unpacker)
         with spool.open("ab") as out:
-            ended = await _frames_into(process, out, held, whole, unpacker)
+            sink = _Sink(out, unpacker)
+            if held:  # a resumed copy: what was kept goes through tar and the digest first
+                await asyncio.to_thread(sink.replay, spool)
+            ended = await _frames_into(process, sink, held)
     except BaseException:
-        await unpacker.abort()
+        await asyncio.to_thread(unpacker.abort)
         raise
     if ended is None:
-        await unpacker.abort()
+        await asyncio.to_thread(unpacker.abort)
         return
     total, digest = ended
-    if total != spool.stat().st_size or whole.digest() != digest:
-        await unpacker.abort()
+    if total != spool.stat().st_size or sink.whole.digest() != digest:
+        await asyncio.to_thread(unpacker.abort)
         spool.unlink()  # what was kept does not add up: from the start again
         message = f"volume {request.volume}: the stream's SHA-256 does not match what was kept"
         await _report(process, ReceiveReport(resume_at=0, message=message))
         process.exit(FAILED)
         return
-    await unpacker.finish()
+    await asyncio.to_thread(unpacker.finish)
     spool.unlink()
     await _report(process, ReceiveReport(done=total, sha256=digest.hex()))
     process.exit(0)
 
 
-async def _replay(spool: Path, whole: StreamDigest, unpacker: _Unpacker) -> None:
-    with spool.open("rb") as kept:
-        while block := await asyncio.to_thread(kept.read, CHUNK):
-            whole.add(block)
-            await unpacker.write(block)
+Frame = tuple[int, int, bytes, bytes]  # offset, length, digest, payload
+
+
+async def _next_frame(process: asyncssh.SSHServerProcess[bytes]) -> Frame | None:
+    """The next frame off the link; None when the stream broke off."""
+    try:
+        header = await process.stdin.readexactly(FRAME.size)
+        offset, length, digest = FRAME.unpack(header)
+        payload = await process.stdin.readexactly(length) if length else b""
+    except (asyncio.IncompleteReadError, asyncssh.Error, OSError):
+        return None
+    return offset, length, digest, payload
 
 
 async def _frames_into(
-    process: asyncssh.SSHServerProcess[bytes],
-    out: BinaryIO,
-    held: int,
-    whole: StreamDigest,
-    unpacker: _Unpacker,
+    process: asyncssh.SSHServerProcess[bytes], sink: _Sink, held: int
 ) -> tuple[int, bytes] | None:
-    """Good frames appended to `out`, hashed into `whole` and unpacked as they
-    land; the end frame's (length, digest), or None when the stream broke off
-    or a frame failed (reported: resume point)."""
-    reported = held
-    while True:
-        try:
-            header = await process.stdin.readexactly(FRAME.size)
-            offset, length, digest = FRAME.unpack(header)
+    """Good frames into `sink` (checked, spooled, hashed and unpacked in a thread
+    while the next one comes off the link); the end frame's (length, digest), or
+    None when the stream broke off or a frame failed (reported: resume point)."""
+    reported = expected = held
+    landing: tuple[int, asyncio.Future[bool]] | None = None
+    try:
+        while True:
+            frame = await _next_frame(process)
+            if landing is not None:
+                at, landed = landing
+                landing = None
+                if not await landed:
+                    await _frame_failed(process, at)
+                    return None
+                if expected - reported >= PROGRESS_EVERY:
+                    reported = expected
+                    await _report(process, ReceiveReport(received=expected))
+            if frame is None:
+                return None
+            offset, length, digest, payload = frame
             if length == 0:
                 return offset, digest
-            payload = await process.stdin.readexactly(length)
-        except (asyncio.IncompleteReadError, asyncssh.Error, OSError):
-            return None
-        if offset != held or hashlib.sha256(payload).digest() != digest:
-            message = f"the frame at {offset} failed its check; held {held}"
-            await _report(process, ReceiveReport(resume_at=held, message=message))
-            process.exit(FAILED)
-            return None
-        out.write(payload)
-        out.flush()  # in the page cache: a killed agent keeps it
-        whole.add(payload, digest)
-        await unpacker.write(payload)
-        held += length
-        if held - reported >= PROGRESS_EVERY:
-            reported = held
-            await _report(process, ReceiveReport(received=held))
+            if offset != expected:
+                await _frame_failed(process, expected)
+                return None
+            landing = offset, asyncio.ensure_future(asyncio.to_thread(sink.land, payload, digest))
+            expected = offset + length
+    finally:
+        if landing is not None:  # cancelled: the thread still holds the spool
+            await asyncio.wait([landing[1]])
+
+
+async def _frame_failed(process: asyncssh.SSHServerProcess[bytes], held: int) -> None:
+    message = f"the frame at {held} failed its check; held {held}"
+    await _report(process, ReceiveReport(resume_at=held, message=message))
+    process.exit(FAILED)
+
+
+class _Sink:
+    """Where a checked frame goes: the spool (in the page cache: a killed agent
+    keeps it), the whole-stream digest and tar. Called from one thread at a time."""
+
+    def __init__(self, out: BinaryIO, unpacker: _Unpacker) -> None:
+        self.out, self.unpacker = out, unpacker
+        self.whole = StreamDigest()
+
+    def land(self, payload: bytes, digest: bytes) -> bool:
+        if hashlib.sha256(payload).digest() != digest:
+            return False
+        self.out.write(payload)
+        self.out.flush()
+        self.whole.add(payload, digest)
+        self.unpacker.write(payload)
+        return True
+
+    def replay(self, spool: Path) -> None:
+        with spool.open("rb") as kept:
+            while block := kept.read(CHUNK):
+                self.whole.add(block)
+                self.unpacker.write(block)
 
 
 class _Unpacker:
@@ -229,54 +270,49 @@ class _Unpacker:
     written once more at the destination but never read back. The volume is
     cleared first (what an earlier try left). If tar stops reading early (a
     kept spool that is not the stream's start), the writes are dropped: the
-    whole-stream digest fails then and the copy starts again from 0."""
+    whole-stream digest fails then and the copy starts again from 0.
+    Its calls block: the receiver makes them in a thread."""
 
-    def __init__(self, directory: Path, tar: asyncio.subprocess.Process) -> None:
-        self._directory, self._tar = directory, tar
+    def __init__(self, directory: Path) -> None:
+        _clear(directory)
+        self._directory = directory
+        self._tar = subprocess.Popen(
+            [*TAR, "-xpf", "-", "-C", str(directory)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         self._gone = False
 
-    @classmethod
-    async def start(cls, directory: Path) -> _Unpacker:
-        await asyncio.to_thread(_clear, directory)
-        tar = await asyncio.create_subprocess_exec(
-            *TAR,
-            "-xpf",
-            "-",
-            "-C",
-            str(directory),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        return cls(directory, tar)
-
-    async def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         assert self._tar.stdin is not None
         if self._gone:
             return
         try:
             self._tar.stdin.write(data)
-            await self._tar.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             self._gone = True
 
-    async def finish(self) -> None:
+    def finish(self) -> None:
         """Wait for tar; `RuntimeFailure` with its words if it failed."""
         assert self._tar.stdin is not None and self._tar.stderr is not None
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._tar.stdin.close()
-            await self._tar.stdin.wait_closed()
-        errors = await self._tar.stderr.read()
+        errors = self._tar.stderr.read()
         # Stopping early with 0 is tar at the archive's end marker: the digest
         # matched, so this is the source's own stream, and all of it was unpacked.
-        if await self._tar.wait() != 0:
+        if self._tar.wait() != 0:
             words = errors.decode(errors="replace")[-300:]
             raise RuntimeFailure(f"unpacking into {self._directory} failed: {words}")
+        self._tar.stderr.close()
 
-    async def abort(self) -> None:
-        if self._tar.returncode is None:
+    def abort(self) -> None:
+        if self._tar.poll() is None:
             self._tar.kill()
-        await self._tar.wait()
+        self._tar.wait()
+        for pipe in (self._tar.stdin, self._tar.stderr):
+            with contextlib.suppress(OSError):
+                pipe.close()  # type: ignore[union-attr]
 
 
 def _clear(directory: Path) -> None:
