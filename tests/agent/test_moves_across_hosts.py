@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from gpudock.db.models import InstanceModel, InstanceStatus, LinkState, MigrationModel
+from gpudock.db.models import (
+    HostLossPolicy,
+    InstanceModel,
+    InstanceStatus,
+    LinkState,
+    MigrationModel,
+)
 from gpudock.gpu.base import HealthEvent
 from gpudock.platform import Platform
 from gpudock.services.accounts import users
@@ -29,8 +35,12 @@ MIB = 1 << 20
 
 
 @pytest.fixture
-def platform(platform_factory: PlatformFactory) -> Platform:
-    return platform_factory(agent_link_port=0, agent_link_host="127.0.0.1", agent_heartbeat_s=0.2)
+def platform(platform_factory: PlatformFactory, request: pytest.FixtureRequest) -> Platform:
+    """A test may ask for more settings (indirect parametrization)."""
+    more = getattr(request, "param", {})
+    return platform_factory(
+        agent_link_port=0, agent_link_host="127.0.0.1", agent_heartbeat_s=0.2, **more
+    )
 
 
 @pytest.fixture
@@ -113,3 +123,58 @@ def test_an_xid_79_moves_the_instance_and_its_data_to_the_other_host(
     with ctx.sessions() as session:
         move = session.scalars(select(MigrationModel)).one()
         assert move.bytes_copied is not None and move.bytes_copied >= 2 * MIB
+
+
+@pytest.mark.parametrize("platform", [{"host_lost_after_s": 3.0}], indirect=True)
+def test_a_host_back_after_its_instance_moved_away_has_that_container_stopped_not_removed(
+    platform: Platform, rig: LinkRig
+) -> None:
+    """Its agent killed (no self-fence: the containers keep running), the host is
+    lost, the opted-in instance restarts on the other host; when the agent runs
+    again, the old container is stopped and kept, with its volume."""
+    ctx = platform.ctx
+    owner = users.create_user(ctx, "alice").user
+    request = instances.InstanceRequest(
+        gpu_model="H200-140GB", gpu_count=1, on_host_loss=HostLossPolicy.ELSEWHERE
+    )
+    created = instances.create_instance(ctx, owner, request)
+    first = _drain_until(platform, created.id, InstanceStatus.RUNNING)
+    pairs = (("box-a", "a"), ("box-b", "b"))
+    agent_of = {hosts.get_host(ctx, host).id: agent for host, agent in pairs}
+    assert first.host_id is not None
+    lost_agent = agent_of[first.host_id]
+    old_engine = rig.runtimes[lost_agent]
+    assert isinstance(old_engine, DirectoryVolumesRuntime)
+    name = containers.container_name(ctx.cluster_id, created.id)
+    rig.halt(lost_agent)
+
+    def elsewhere() -> InstanceModel | None:
+        platform.reconciler.drain()
+        with ctx.sessions() as session:
+            row = session.get(InstanceModel, created.id)
+            ok = row is not None and row.status == InstanceStatus.RUNNING
+            return row if ok and row.host_id != first.host_id else None  # type: ignore[union-attr]
+
+    moved = wait_for(elsewhere, "the instance running on the other host", deadline_s=60)
+    left = old_engine.inspect_container(name)
+    assert left is not None and left.running  # out of reach: nothing could stop it
+    rig.rerun(lost_agent)
+
+    def fenced() -> bool:
+        platform.reconciler.drain()
+        state = old_engine.inspect_container(name)
+        assert state is not None, "the fence removed the container: it must only stop it"
+        return not state.running
+
+    wait_for(fenced, "the old container stopped", deadline_s=60)
+    assert old_engine.volumes, "the old host's volumes are kept for the operator"
+    assert moved.host_id is not None
+    new_engine = rig.runtimes[agent_of[moved.host_id]]
+    now = new_engine.inspect_container(name)
+    assert now is not None and now.running
+    with ctx.sessions() as session:
+        row = session.get(InstanceModel, created.id)
+        assert row is not None and (row.status, row.host_id) == (
+            InstanceStatus.RUNNING,
+            moved.host_id,
+        )

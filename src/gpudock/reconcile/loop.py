@@ -42,6 +42,7 @@ from gpudock.db.models import (
 from gpudock.reconcile import (
     auto_stop,
     charging,
+    fencing,
     garbage,
     gpu_health,
     host_loss,
@@ -62,6 +63,7 @@ log = logging.getLogger(__name__)
 S = InstanceStatus
 GC_INTERVAL_S = 60.0
 SLOW_STEP_CHECK_S = 5.0
+FENCE_CHECK_S = 2.0  # how soon a host whose link came up is checked for astray containers
 
 
 @dataclass
@@ -109,11 +111,13 @@ class Reconciler:
         self.durations = ctx.pass_durations
         health_watch, disk_watch = gpu_health.HealthWatch(), system_disks.DiskWatch()
         shares_watch, loss_watch = share_watch.ShareWatch(), host_loss.LossWatch()
+        fence_watch = fencing.FenceWatch()
         self.placement = placement.PlacementState(ctx.settings)  # the policy, kept between passes
         settings = ctx.settings
         self._passes = [
             _Pass("garbage", lambda: garbage.collect_garbage(ctx), GC_INTERVAL_S),
             _Pass("host loss", lambda: host_loss.host_loss_pass(ctx, loss_watch)),
+            _Pass("fencing", lambda: fencing.fence_pass(ctx, fence_watch), FENCE_CHECK_S),
             _Pass("moves off failed GPUs", lambda: gpu_health.converge(ctx)),
             _Pass("placement", lambda: placement.place_waiting(ctx, self.placement)),
             _Pass("lifecycle steps", self._submit_active),

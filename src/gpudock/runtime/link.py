@@ -424,6 +424,17 @@ class HostRuntimes:
             linked = [r for r in self._hosts.values() if r._slot.transport is not None]
         return [self.local, *linked]
 
+    def linked_engines(self) -> list[tuple[str, Runtime, object]]:
+        """(host id, runtime, its link) of each agent host whose link is up; the
+        link is a new object at each link-up (fencing checks a host then)."""
+        with self._lock:
+            hosts = list(self._hosts.items())
+        return [
+            (host_id, runtime, transport)
+            for host_id, runtime in hosts
+            if (transport := runtime._slot.transport) is not None
+        ]
+
     def linked(self, host_id: str) -> bool:
         with self._lock:
             runtime = self._hosts.get(host_id)
