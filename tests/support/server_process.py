@@ -138,8 +138,9 @@ def wait_settled(
     others: tuple[ServerProcess, ...] = (),
 ) -> None:
     """Wait until every instance is stable, in the state asked of it, or queued for
-    GPUs that are all taken. A stop or start the API has accepted but no reconciler
-    has begun counts as busy: its step is still to come.
+    GPUs that are all taken (none free that would fit it: a GPU freed after the
+    queue formed gets the queue's head placed). A stop or start the API has
+    accepted but no reconciler has begun counts as busy: its step is still to come.
     On failure the servers' log lines about the unsettled instances (and any
     slow-step stacks) are part of the message: the step may be on any of them."""
     deadline = time.monotonic() + timeout_s
@@ -152,7 +153,8 @@ def wait_settled(
                 continue
             assert answer.status_code == 200, answer.text
             busy = [i for i in answer.json() if not _settled(i)]
-            if all(i["status_reason"].startswith(_QUEUED) for i in busy):
+            queued = [i for i in busy if i["status_reason"].startswith(_QUEUED)]
+            if len(queued) == len(busy) and not _placeable_now(user, queued):
                 return
             time.sleep(0.1)
     ids = [i["id"] for i in busy]
@@ -171,6 +173,27 @@ def _settled(instance: dict[str, Any]) -> bool:
     return not (status == "running" and desired != "running") and not (
         status == "stopped" and desired == "running"
     )
+
+
+def _placeable_now(user: httpx.Client, queued: list[dict[str, Any]]) -> bool:
+    """Whether one of the queued instances could be placed on what is free now
+    (then the placement pass is about to: not settled yet). Whole GPUs of one
+    model on one host, or one GPU: what these tests ask for."""
+    if not queued:
+        return False
+    answer = user.get("/gpus")
+    if answer.status_code == 429:
+        return True  # ask again
+    assert answer.status_code == 200, answer.text
+    free = {m["model"]: m for m in answer.json()}
+    for instance in queued:
+        count = instance["gpu_count"]
+        for name in instance["gpu_models"] or [instance["gpu_model"]]:
+            model = free.get(name)
+            fits = model is not None and model["free"] >= count
+            if fits and count and (count == 1 or model["hosts"] == 1):  # type: ignore[index]
+                return True
+    return False
 
 
 def _log_about(server: ServerProcess, ids: list[str], most: int = 60) -> str:
