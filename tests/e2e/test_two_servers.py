@@ -122,9 +122,11 @@ def test_the_survivor_takes_over_a_killed_servers_leases(
     pair: tuple[ServerProcess, ServerProcess], engine: docker.DockerClient
 ) -> None:
     first, second = pair
-    second.start(GPUDOCK_RECONCILE_INTERVAL_S="5")  # slow to notice: the first takes the step
+    # The survivor starts once the first is dead: a live peer could take the
+    # create's step first (CI saw it), and then nothing is left to take over.
+    # A peer alive throughout is the load test's below.
     first.start(GPUDOCK_CRASH_POINTS="after_volume")
-    with first.client(second.admin_token()) as admin:  # made by the server started first
+    with first.client() as admin:
         token = _tenant(admin, "ivan")
     with first.client(token) as user:
         created = user.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 2}).json()
@@ -135,6 +137,8 @@ def test_the_survivor_takes_over_a_killed_servers_leases(
         assert row is not None and row.lock_token is not None
         assert row.lock_token.startswith(_owner_of(first) + ".")
 
+    second.start()
+    assert _owner_of(second) != _owner_of(first)
     with second.client(token) as user:
         running = wait_for(user, created["id"], "running", timeout_s=60)
     assert len(running["gpus"]) == 2
