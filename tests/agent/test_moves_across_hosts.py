@@ -13,17 +13,16 @@ import pytest
 from sqlalchemy import select
 
 from gpudock.db.models import (
+    GpuFaultModel,
     HostLossPolicy,
     InstanceModel,
     InstanceStatus,
     LinkState,
     MigrationModel,
 )
-from gpudock.gpu.base import HealthEvent
 from gpudock.platform import Platform
 from gpudock.services.accounts import users
 from gpudock.services.agents import hosts
-from gpudock.services.fleet import gpu_health
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances import container_spec as containers
 from tests.gpu.fake_pynvml import FakeNvml, fake_uuid, h200_1x
@@ -53,7 +52,7 @@ def rig(platform: Platform, tmp_path: Path) -> Iterator[LinkRig]:
         nvml = FakeNvml([gpu], driver_version="570.124.06", cuda_version=12080)
         url, token = join_parts(hosts.add_host(platform.ctx, host).join_command)
         engine = DirectoryVolumesRuntime(tmp_path / f"volumes-{agent}")
-        made.join(agent, url, token, nvml=nvml, runtime=engine)
+        made.join(agent, url, token, nvml=nvml, runtime=engine, watch_health=True)
         wait_for(
             lambda host=host: (  # type: ignore[misc]
                 (h := hosts.get_host(platform.ctx, host)).link_state is LinkState.UP
@@ -99,8 +98,7 @@ def test_an_xid_79_moves_the_instance_and_its_data_to_the_other_host(
         handle.seek(12 * MIB)
         handle.write(os.urandom(MIB))
     digest = hashlib.sha256((data / "weights.bin").read_bytes()).hexdigest()
-    gpu = next(g for g in hosts.get_host(ctx, by_host[first.host_id]).gpus)
-    gpu_health.record_fault(ctx, HealthEvent(gpu.uuid, "xid", 79, "fallen off the bus"), "test")
+    rig.nvmls[agent_of[by_host[first.host_id]]].inject_xid(0, 79)  # read by that agent
 
     def moved() -> InstanceModel | None:
         platform.reconciler.drain()
@@ -123,6 +121,8 @@ def test_an_xid_79_moves_the_instance_and_its_data_to_the_other_host(
     with ctx.sessions() as session:
         move = session.scalars(select(MigrationModel)).one()
         assert move.bytes_copied is not None and move.bytes_copied >= 2 * MIB
+        fault = session.scalars(select(GpuFaultModel)).one()
+        assert (fault.host_id, fault.xid, fault.source) == (first.host_id, 79, "agent")
 
 
 @pytest.mark.parametrize("platform", [{"host_lost_after_s": 3.0}], indirect=True)

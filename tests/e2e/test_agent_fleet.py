@@ -117,3 +117,20 @@ def test_removing_a_host_disconnects_its_agent_and_refuses_it(cluster: Cluster) 
     assert rerun.wait(timeout=60) == 1
     assert "not enrolled with this server" in cluster.log(host, "-rm")
     assert "n2" not in cluster.hosts()
+
+
+def test_an_xid_the_hosts_driver_raises_is_a_fault_on_the_server(cluster: Cluster) -> None:
+    gpus = fake_gpus("A100-SXM4-80GB", 2, 80)
+    cluster.write_gpus("x1", gpus)  # its own GPUs: no other agent reports them
+    cluster.agent(cluster.fleet.hosts["a"], "join", *cluster.add("x1")[3:5], tag="-x", nvml="x1")
+    _link(cluster, "x1", "up")
+    cluster.write_gpus("x1", gpus, xids=[(1, 48)])
+
+    def faults() -> list[dict[str, Any]]:
+        listed = cluster.cli("gpus", "faults", "--json")
+        assert listed.returncode == 0, listed.stderr
+        return [f for f in json.loads(listed.stdout) if f["gpu_uuid"] == gpus[1]["uuid"]]
+
+    (fault,) = wait_for(faults, "the Xid recorded by the server")
+    assert (fault["xid"], fault["source"], fault["action"]) == (48, "agent", "migrate")
+    assert fault["gpu_state"] == "draining"  # out of service: nothing new lands on it

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +50,16 @@ class Cluster:
         assert listed.returncode == 0, listed.stderr
         return {host["name"]: host for host in json.loads(listed.stdout)}
 
-    def agent(self, host: TestHost, *args: str, tag: str = "") -> subprocess.Popen[bytes]:
-        """`gpudock agent ARGS` in the host's namespace, on its engine and its fake NVML."""
+    def agent(
+        self, host: TestHost, *args: str, tag: str = "", nvml: str = ""
+    ) -> subprocess.Popen[bytes]:
+        """`gpudock agent ARGS` in the host's namespace, on its engine and its fake NVML
+        (the host's, or the state file `write_gpus(nvml, …)` wrote)."""
         state = self.workdir / f"state-{host.name}{tag}"
         env = {
             **os.environ,
             "PYTHONPATH": f"{FAKE_NVML_SITE}:{REPO}",
-            "GPUDOCK_TEST_NVML_STATE": str(self.workdir / f"nvml-{host.name}.json"),
+            "GPUDOCK_TEST_NVML_STATE": str(self.workdir / f"nvml-{nvml or host.name}.json"),
         }
         command = [GPUDOCK, "agent", *args, "--state-dir", str(state)]
         command += ["--docker-host", host.docker_url]
@@ -77,9 +80,14 @@ class Cluster:
             f"host {name} link {state}",
         )
 
-    def write_gpus(self, host: str, gpus: list[dict[str, Any]]) -> None:
-        """The fake NVML state that host's agents read."""
-        (self.workdir / f"nvml-{host}.json").write_text(json.dumps({"gpus": gpus}))
+    def write_gpus(
+        self, host: str, gpus: list[dict[str, Any]], xids: Sequence[tuple[int, int]] = ()
+    ) -> None:
+        """The fake NVML state that host's agents read (`xids`: what its driver raised)."""
+        state = {"gpus": gpus, "xids": [list(raised) for raised in xids]}
+        partial = self.workdir / f"nvml-{host}.partial"
+        partial.write_text(json.dumps(state))
+        partial.replace(self.workdir / f"nvml-{host}.json")  # never read half written
 
 
 def fake_gpus(model: str, count: int, memory_gib: int) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpudock.agent.fencing import Fence
+from gpudock.agent.health import HealthJournal, HealthWatcher
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.link import Agent
 from gpudock.agent.state import load_enrollment
@@ -43,6 +44,8 @@ class LinkRig:
         self.loop = self._thread.loop
         self.agents: dict[str, Future[None]] = {}
         self.runtimes: dict[str, Runtime] = {}
+        self.watched: set[str] = set()  # agents that watch their NVML's health
+        self.nvmls: dict[str, FakeNvml] = {}  # what each agent's NVML reports
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self._thread.run(coroutine)
@@ -65,12 +68,17 @@ class LinkRig:
         token: str,
         nvml: FakeNvml | None = None,
         runtime: Runtime | None = None,
+        watch_health: bool = False,
     ) -> Future[None]:
         """Start agent `name` (its own key in its own state dir) with a join command.
         `nvml`: the GPUs it reports (one H200 unless given); a test may change its
         `devices` while the agent runs, and the next heartbeat reports the change.
         `runtime`: its engine, on which the server's runtime calls run and its fence
-        stops tenants (a `FakeRuntime` unless given; `runtimes[name]`)."""
+        stops tenants (a `FakeRuntime` unless given; `runtimes[name]`).
+        `watch_health`: it polls its NVML's health and journals it, as `gpudock agent`
+        does (here every 0.1 s), also when run again."""
+        if watch_health:
+            self.watched.add(name)
         inventory = self._inventory(name, nvml, runtime)
         agent = Agent.joining(self.state_dir(name), inventory, url, token)
         agent.fence = Fence(inventory.runtime)
@@ -87,14 +95,22 @@ class LinkRig:
         self, name: str, nvml: FakeNvml | None, runtime: Runtime | None
     ) -> HostInventory:
         engine = self.runtimes[name] = runtime or FakeRuntime()
-        return HostInventory(NvmlGpuSource(nvml=nvml or h200_1x()), engine)
+        self.nvmls[name] = nvml or self.nvmls.get(name) or h200_1x()
+        return HostInventory(NvmlGpuSource(nvml=self.nvmls[name]), engine)
 
     def halt(self, name: str) -> None:
         """Stop agent `name` as SIGTERM would (its connection closes)."""
         self.agents[name].cancel()
 
+    def journal(self, name: str) -> HealthJournal:
+        """Agent `name`'s health journal, as its state dir holds it now."""
+        return HealthJournal(self.state_dir(name))
+
     def _launch(self, name: str, agent: Agent) -> Future[None]:
         self.state_dir(name).mkdir(parents=True, exist_ok=True)
+        if name in self.watched:
+            source = agent.inventory.gpu_source
+            agent.health = HealthWatcher(source, HealthJournal(self.state_dir(name)), every_s=0.1)
         running = asyncio.run_coroutine_threadsafe(agent.run(), self.loop)
         self.agents[name] = running
         return running

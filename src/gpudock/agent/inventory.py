@@ -19,6 +19,11 @@ class HostInventory:
         self._runtime = runtime
 
     @property
+    def gpu_source(self) -> GpuSource:
+        """The host's GPUs: its health watcher polls the same source."""
+        return self._gpus
+
+    @property
     def runtime(self) -> Runtime:
         """The host's engine: the server's runtime calls run on it, and the fence
         stops tenants through it."""

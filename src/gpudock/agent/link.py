@@ -29,6 +29,7 @@ import asyncssh
 from gpudock.agent import image_copy, ports, streams, volume_copy
 from gpudock.agent.commands import CommandServer, Generations
 from gpudock.agent.fencing import Fence
+from gpudock.agent.health import HealthWatcher
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.state import Enrollment, LinkAddress, agent_key, save_enrollment
 from gpudock.link import keys, tuning, wire
@@ -98,7 +99,9 @@ class Agent:
     on_welcome: Callable[[str], None] = field(default=lambda _name: None)
     fence: Fence | None = None  # stops the tenants when the server's lease runs out
     commands: CommandServer | None = None
+    health: HealthWatcher | None = None  # journals NVML's faults; heartbeats deliver them
     generations: Generations = field(init=False)
+    _health_news: asyncio.Event = field(init=False, default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         self.generations = Generations(self.state_dir)
@@ -121,12 +124,14 @@ class Agent:
 
     async def run(self) -> None:
         """Keep the link up until stopped; raises `AgentStopped` when retrying is useless."""
-        watching = asyncio.ensure_future(self.fence.watch()) if self.fence else None
+        watching = [asyncio.ensure_future(self.fence.watch())] if self.fence else []
+        if self.health is not None:
+            watching.append(asyncio.ensure_future(self.health.watch(self._health_news.set)))
         try:
             await self._keep_linked()
         finally:
-            if watching is not None:
-                watching.cancel()
+            for watch in watching:
+                watch.cancel()
 
     async def _keep_linked(self) -> None:
         delay = BACKOFF_FIRST_S
@@ -247,13 +252,21 @@ class Agent:
         self, process: asyncssh.SSHServerProcess[bytes], every_s: float, outcome: _Outcome
     ) -> None:
         """Heartbeats out and their acknowledgements in (each renews the lease), until
-        the link ends or the server refuses us."""
+        the link ends or the server refuses us. A fault NVML reported goes out at
+        once, in a heartbeat of its own, rather than at the next beat."""
         listening = asyncio.ensure_future(wire.receive(process.stdin))
+        if self.health is not None and self.health.journal.pending():
+            self._health_news.set()  # journaled while the link was down
         try:
             while True:
-                done, _ = await asyncio.wait({listening}, timeout=every_s)
-                if not done:
-                    await wire.send(process.stdout, wire.Heartbeat(report=await self._report()))
+                news = asyncio.ensure_future(self._health_news.wait())
+                done, _ = await asyncio.wait(
+                    {listening, news}, timeout=every_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                news.cancel()
+                if listening not in done:
+                    self._health_news.clear()
+                    await wire.send(process.stdout, await self._heartbeat())
                     continue
                 answer = listening.result()
                 if not isinstance(answer, wire.Ack):
@@ -262,11 +275,19 @@ class Agent:
                     return
                 if self.fence is not None:
                     self.fence.renew(answer.lease_s)
+                if self.health is not None and await asyncio.to_thread(
+                    self.health.journal.acknowledge, answer.health_through
+                ):
+                    self._health_news.set()
                 listening = asyncio.ensure_future(wire.receive(process.stdin))
         finally:
             listening.cancel()
             with contextlib.suppress(asyncio.CancelledError, wire.LinkClosed):
                 await listening
+
+    async def _heartbeat(self) -> wire.Heartbeat:
+        health = self.health.journal.pending() if self.health is not None else []
+        return wire.Heartbeat(report=await self._report(), health=health)
 
     async def _report(self) -> wire.HostReport:
         return await asyncio.to_thread(self.inventory.report)

@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 from gpudock.agent.fencing import Fence
+from gpudock.agent.health import HealthJournal, HealthWatcher
 from gpudock.agent.inventory import HostInventory
 from gpudock.agent.link import Agent
 from gpudock.agent.state import load_enrollment
@@ -39,15 +40,21 @@ def join(
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     inventory = open_inventory(docker_host)
     agent = Agent.joining(state_dir, inventory, url, token)
-    agent.fence = Fence(inventory.runtime, lease_s)
-    _serve(agent)
+    _serve(_equipped(agent, lease_s))
 
 
 def run(state_dir: Path, docker_host: str, lease_s: float | None = None) -> None:
     inventory = open_inventory(docker_host)
     agent = Agent.enrolled(state_dir, inventory, load_enrollment(state_dir))
-    agent.fence = Fence(inventory.runtime, lease_s)
-    _serve(agent)
+    _serve(_equipped(agent, lease_s))
+
+
+def _equipped(agent: Agent, lease_s: float | None) -> Agent:
+    """The fence on its lease, and the health watcher on its NVML and journal."""
+    agent.fence = Fence(agent.inventory.runtime, lease_s)
+    journal = HealthJournal(agent.state_dir)
+    agent.health = HealthWatcher(agent.inventory.gpu_source, journal)
+    return agent
 
 
 def _serve(agent: Agent) -> None:

@@ -35,6 +35,7 @@ from gpudock.link import keys, tuning, wire
 from gpudock.services.agents import enrollment, links, server_key
 from gpudock.services.agents.hosts import AgentHost
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet.agent_health import record_agent_health
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -267,4 +268,8 @@ class AgentGateway:
                 )
                 await self._refuse(writer, reader, refusal)
                 return
-            await wire.send(writer, wire.Ack(lease_s=self._lease_s))  # the lease runs again
+            through = 0
+            if message.health:
+                through = await self.call(record_agent_health, self.ctx, host.id, message.health)
+            ack = wire.Ack(lease_s=self._lease_s, health_through=through)
+            await wire.send(writer, ack)  # the lease runs again

@@ -3,9 +3,16 @@
     agent                                   server
       ── hello (version, report, [join]) ──▶   checks the pinned key or redeems the token
       ◀── welcome (host name, heartbeat, lease) or refused (code, message) and closes
-      ── heartbeat (report) ─────────────▶   every `heartbeat_s`; answered ack (the
-      ◀── ack (lease) ────────────────────    lease renewed), or refused when the host
-                                              was removed meanwhile
+      ── heartbeat (report, health) ─────▶   every `heartbeat_s`, and at once when NVML
+      ◀── ack (lease, health_through) ────    reports a fault; answered ack (the lease
+                                              renewed, the faults recorded through that
+                                              number), or refused when the host was
+                                              removed meanwhile
+
+A heartbeat carries the health events the agent journaled and the server has
+not acknowledged yet (`gpudock.agent.health`), so an Xid seen while the link
+was down reaches the server after the reconnect, and one whose ack was lost is
+sent again and recorded once (the server keeps the last number it recorded).
 
 The lease is how long the agent keeps its tenants running without hearing the
 server (`gpudock.agent.fencing`).
@@ -18,6 +25,7 @@ holds a heartbeat back.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Annotated, Literal
 
 import asyncssh
@@ -26,6 +34,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 SUBSYSTEM = "gpudock-link"
 PROTOCOL_VERSION = 2  # 2: a volume stream ends with its StreamDigest
 LINK_USERNAME = "gpudock-server"
+MAX_HEALTH_RECORDS = 100  # per heartbeat: a backlog goes over several
 
 
 class LinkClosed(Exception):
@@ -73,9 +82,22 @@ class Hello(BaseModel):
     join: JoinRequest | None = None
 
 
+class HealthRecord(BaseModel):
+    """One health event NVML reported on the agent's host, numbered by the agent's
+    journal (1, 2, … for the life of its state dir)."""
+
+    seq: int = Field(ge=1)
+    gpu_uuid: str = Field(max_length=96)
+    kind: str = Field(max_length=32)  # xid, ecc_dbe, remapped_rows_pending, gpu_lost, …
+    xid: int | None = None
+    message: str = Field(default="", max_length=500)
+    seen_at: datetime  # the agent's clock, UTC
+
+
 class Heartbeat(BaseModel):
     type: Literal["heartbeat"] = "heartbeat"
     report: HostReport
+    health: list[HealthRecord] = Field(default_factory=list, max_length=MAX_HEALTH_RECORDS)
 
 
 class Welcome(BaseModel):
@@ -90,6 +112,7 @@ class Ack(BaseModel):
 
     type: Literal["ack"] = "ack"
     lease_s: float | None = None
+    health_through: int = 0  # every health record up to this number is recorded
 
 
 class Refused(BaseModel):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, String, Text
+from sqlalchemy import ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpudock.db.models.base import Base, UTCDateTime, enum_column
@@ -62,6 +62,13 @@ class AgentHostModel(Base):
     )
     labels: Mapped[str] = mapped_column(
         Text, default="{}", comment="the operator's labels (JSON object, e.g. region, zone)"
+    )
+    health_seq: Mapped[int] = mapped_column(
+        Integer,
+        default=0,
+        server_default="0",
+        comment="the highest number of the agent's health journal recorded as faults "
+        "(each record is recorded once, however often it is sent)",
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     enrolled_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

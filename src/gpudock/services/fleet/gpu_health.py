@@ -116,31 +116,48 @@ def record_fault(
     such as pending row remapping are reported on every poll)."""
     at = at or ctx.clock()
     with ctx.sessions.begin() as session:
-        gpu = session.get(GpuDeviceModel, event.gpu_uuid, with_for_update=True)
-        if gpu is None:
-            log.warning("health event for unknown GPU %s: %s", event.gpu_uuid, event)
-            return None
-        if event.kind != "xid" and has_open_fault(session, gpu.id, event.kind):
-            return None
-        title, action = describe(event)
-        message = f"{title}: {event.message}" if event.message else title
-        fault = GpuFaultModel(
-            gpu_id=gpu.id,
-            host_id=gpu.host_id,
-            kind=event.kind,
-            xid=event.xid,
-            action=action.value,
-            source=source,
-            message=message,
-            at=at,
-        )
-        session.add(fault)
-        session.flush()
-        _apply(session, gpu, fault, action, at)
-        view = FaultView.of(fault, gpu)
-    log.warning("GPU %s: %s → %s", gpu.id, message, action.value)
-    ctx.wake_reconciler()
+        view = record_fault_in(session, event, source, at)
+    if view is not None:
+        ctx.wake_reconciler()
     return view
+
+
+def record_fault_in(
+    session: Session,
+    event: HealthEvent,
+    source: str,
+    at: datetime,
+    host_id: str | None = None,
+) -> FaultView | None:
+    """`record_fault` inside the caller's transaction (the caller wakes the
+    reconciler). `host_id`: the GPU must be that host's — an agent reports
+    only its own host's GPUs."""
+    gpu = session.get(GpuDeviceModel, event.gpu_uuid, with_for_update=True)
+    if gpu is None:
+        log.warning("health event for unknown GPU %s: %s", event.gpu_uuid, event)
+        return None
+    if host_id is not None and gpu.host_id != host_id:
+        log.warning("host %s reported GPU %s of host %s: ignored", host_id, gpu.id, gpu.host_id)
+        return None
+    if event.kind != "xid" and has_open_fault(session, gpu.id, event.kind):
+        return None
+    title, action = describe(event)
+    message = f"{title}: {event.message}" if event.message else title
+    fault = GpuFaultModel(
+        gpu_id=gpu.id,
+        host_id=gpu.host_id,
+        kind=event.kind,
+        xid=event.xid,
+        action=action.value,
+        source=source,
+        message=message,
+        at=at,
+    )
+    session.add(fault)
+    session.flush()
+    _apply(session, gpu, fault, action, at)
+    log.warning("GPU %s: %s → %s", gpu.id, message, action.value)
+    return FaultView.of(fault, gpu)
 
 
 def has_open_fault(session: Session, gpu_id: str, kind: str) -> bool:
