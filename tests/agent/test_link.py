@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from gpudock.agent import link as agent_link
 from gpudock.agent.link import AgentStopped
 from gpudock.db.models import LinkState
 from gpudock.link.tokens import JoinToken
 from gpudock.platform import Platform
+from gpudock.runtime.transfer import RECEIVE_COMMAND
 from gpudock.services.agents import hosts
 from gpudock.services.agents.hosts import AgentHost
 from tests.support.agents import LinkRig, join_parts
@@ -134,3 +136,30 @@ def test_a_stopped_agent_is_seen_down_and_reconnects_when_run_again(
     wait_for(lambda: _host(platform, "box-1").link_state is LinkState.DOWN, "the link down")
     rig.rerun("a")
     wait_for(lambda: _host(platform, "box-1").link_state is LinkState.UP, "the link up again")
+
+
+def test_a_channel_whose_handler_fails_leaves_the_link_and_its_other_sessions_up(
+    rig: LinkRig, platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, token = join_parts(hosts.add_host(platform.ctx, "box-1").join_command)
+    rig.join("a", url, token)
+    _linked(rig, platform, "a", "box-1")
+    host_id = _host(platform, "box-1").id
+
+    async def fails(*_args: object) -> None:
+        raise RuntimeError("a bug in one handler")
+
+    monkeypatch.setattr(agent_link.volume_copy, "serve", fails)
+    conn = rig.gateway._links[host_id]  # the server's end of the link
+
+    async def open_a_copy() -> int | None:
+        process = await conn.create_process(RECEIVE_COMMAND + "{}", encoding=None)
+        await process.wait_closed()
+        return process.exit_status
+
+    assert rig.run(open_a_copy()) == 1  # that channel fails, and says so
+    beat = _host(platform, "box-1").last_heartbeat_at
+    wait_for(lambda: _host(platform, "box-1").last_heartbeat_at != beat, "a heartbeat after")
+    assert rig.gateway._links[host_id] is conn  # the same connection: never dropped
+    assert platform.ctx.hosts is not None
+    assert platform.ctx.hosts.for_host(host_id).engine_info().server_version

@@ -192,6 +192,25 @@ class Agent:
 
     async def _converse(self, process: asyncssh.SSHServerProcess[bytes], outcome: _Outcome) -> None:
         # Only the server, which proved the pinned key, can open a channel at all.
+        if process.subsystem == wire.SUBSYSTEM:
+            await self._link_session(process, outcome)
+            return
+        what = (process.command or process.subsystem or "")[:80]
+        try:
+            await self._serve_channel(process)
+        # asyncssh closes the whole connection on an error a channel's handler lets
+        # out: one failed copy or exec must not take the host's link (every other
+        # session on it, and its heartbeats) down with it.
+        except (asyncssh.Error, OSError) as exc:
+            log.warning("a link channel ended early (%s): %s", what, exc)
+        except Exception:
+            log.exception("a link channel failed (%s)", what)
+        else:
+            return
+        with contextlib.suppress(Exception):
+            process.exit(1)
+
+    async def _serve_channel(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         if process.subsystem == calls.SUBSYSTEM and self.commands is not None:
             await self.commands.serve(process)
             return
@@ -208,9 +227,12 @@ class Agent:
             spool = self.state_dir / "transfers"
             await volume_copy.serve(self.inventory.runtime, process, self._admit, spool)
             return
-        if process.subsystem != wire.SUBSYSTEM:
-            process.exit(1)
-            return
+        process.exit(1)
+
+    async def _link_session(
+        self, process: asyncssh.SSHServerProcess[bytes], outcome: _Outcome
+    ) -> None:
+        conn = process.channel.get_connection()  # gone from the channel once it closed
         try:
             hello = wire.Hello(report=await self._report(), join=self._join_request())
             await wire.send(process.stdout, hello)
@@ -227,7 +249,7 @@ class Agent:
             log.warning("link session ended: %s", exc)
         finally:
             process.close()
-            process.channel.get_connection().close()
+            conn.close()
 
     def _join_request(self) -> wire.JoinRequest | None:
         if self.join is None:

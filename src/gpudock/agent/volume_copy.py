@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 TAR = ["tar", "--sparse", "--sort=name", "--numeric-owner", "--format=gnu"]
 PROGRESS_EVERY = 8 * CHUNK  # bytes received between progress lines
 FAILED = 1
+_RECEIVING: dict[Path, asyncio.Lock] = {}  # per spool (volume): the receiver holding it
 
 
 @runtime_checkable
@@ -154,9 +155,21 @@ async def _receive(
     process: asyncssh.SSHServerProcess[bytes],
     spool_dir: Path,
 ) -> None:
-    directory = await asyncio.to_thread(runtime.volume_directory, request.volume)
-    spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     spool = spool_dir / f"{request.volume}.tar.part"
+    # A receiver the server gave up on may still be unwinding (aborting its unpack
+    # into the same directory) when the resumed one arrives: one at a time.
+    async with _RECEIVING.setdefault(spool, asyncio.Lock()):
+        await _receive_alone(runtime, request, process, spool)
+
+
+async def _receive_alone(
+    runtime: VolumeDirectories,
+    request: VolumeReceive,
+    process: asyncssh.SSHServerProcess[bytes],
+    spool: Path,
+) -> None:
+    directory = await asyncio.to_thread(runtime.volume_directory, request.volume)
+    spool.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     held = spool.stat().st_size if spool.exists() else 0
     await _report(process, ReceiveReport(resume_at=held))
     unpacker = await asyncio.to_thread(_Unpacker, directory)
