@@ -127,7 +127,7 @@ def test_an_xid_the_hosts_driver_raises_is_a_fault_on_the_server(cluster: Cluste
     cluster.write_gpus("x1", gpus, xids=[(1, 48)])
 
     def faults() -> list[dict[str, Any]]:
-        listed = cluster.cli("gpus", "faults", "--json")
+        listed = cluster.cli("admin", "gpus", "faults", "--json")
         assert listed.returncode == 0, listed.stderr
         return [f for f in json.loads(listed.stdout) if f["gpu_uuid"] == gpus[1]["uuid"]]
 
