@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
+import gpudock.platform
 from gpudock.api.app import create_app
 from gpudock.db.engine import make_engine, migrate
 from gpudock.platform import Platform, open_platform
@@ -20,6 +21,7 @@ from gpudock.runtime.base import Runtime
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.settings import Settings
+from tests.support.databases import seed_sqlite
 from tests.support.docker import (
     docker_client,
     remove_cluster_objects,
@@ -37,8 +39,37 @@ def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
 
 
+# The slow tier: what starts servers, browsers, fuzzers or netns hosts. Skip it
+# while iterating (`scripts/test.sh -m "not slow and not gpu"`); CI runs it all.
+_SLOW_MODULE_WORDS = ("browser", "crawl", "fuzz")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path.as_posix()
+        slow = "/tests/e2e/" in path or item.get_closest_marker("netns") is not None
+        if slow or any(word in item.path.stem for word in _SLOW_MODULE_WORDS):
+            item.add_marker(pytest.mark.slow)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def sqlite_from_a_migrated_copy() -> Iterator[None]:
+    """A platform opened on a data dir without a database gets a copy of one migrated
+    once (`tests.support.databases`) instead of migrating its own from empty."""
+    opening = gpudock.platform.open_database
+
+    def open_seeded(settings: Settings) -> Any:
+        if not settings.database_url:
+            seed_sqlite(settings.data_dir)
+        return opening(settings)
+
+    gpudock.platform.open_database = open_seeded
+    yield
+    gpudock.platform.open_database = opening
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpudock.db.engine import make_engine, make_sessionmaker
 from gpudock.db.models import MetaModel
+from tests.support.databases import seed_sqlite
 
 GPUDOCK = str(Path(sys.executable).parent / "gpudock")
 API = "/api/v1"
@@ -52,6 +53,8 @@ class ServerProcess:
 
     def start(self, **extra_env: str) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.database_url:
+            seed_sqlite(self.data_dir)  # not migrated from empty at every first start
         self.starts += 1
         self.port = free_port()
         env = {

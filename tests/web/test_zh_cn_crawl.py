@@ -82,6 +82,11 @@ ALLOWED = frozenset(
         "app",  # the example service name in the publish form
     )
 )
+# Loaded, and every fragment a page loads after it (hx-trigger="load": the
+# placeholder is swapped out by what it loads) swapped in and settled; a fixed
+# wait for the network to go quiet costs half a second a page.
+_SETTLED = """() => document.readyState === "complete" && !document.querySelector(
+  '[hx-trigger="load"], .htmx-request, .htmx-swapping, .htmx-settling')"""
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
 # Text a reader sees, the tooltips and placeholders; <code>, <pre> and inputs hold
 # commands, keys and identifiers, which stay as they are.
@@ -140,7 +145,7 @@ def crawl(page: Page, url: str, start: list[str], names: frozenset[str]) -> dict
             continue
         seen.add(path)
         page.goto(url + path)
-        page.wait_for_load_state("networkidle")
+        page.wait_for_function(_SETTLED)
         words = english_words(page.evaluate(_VISIBLE_TEXT), names)
         if words:
             problems[path] = words
