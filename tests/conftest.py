@@ -21,7 +21,7 @@ from gpudock.runtime.base import Runtime
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.settings import Settings
-from tests.support.databases import seed_sqlite
+from tests.support.databases import PostgresCopies, seed_sqlite
 from tests.support.docker import (
     docker_client,
     remove_cluster_objects,
@@ -89,18 +89,19 @@ def postgres_template() -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def postgres_copies(postgres_template: str) -> Iterator[PostgresCopies]:
+    copies = PostgresCopies(postgres_admin_url(), postgres_template)
+    yield copies
+    copies.close()
+
+
 @pytest.fixture
-def postgres_url(postgres_template: str) -> Iterator[str]:
+def postgres_url(postgres_copies: PostgresCopies) -> Iterator[str]:
     """A fresh, migrated PostgreSQL database for one test, dropped afterwards."""
-    admin = postgres_admin_url()
-    name = "gpudock_test_" + uuid.uuid4().hex[:10]
-    plain = admin.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{postgres_template}"')
-    base, _, _ = admin.rpartition("/")
-    yield f"{base}/{name}"
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    url = postgres_copies.take()
+    yield url
+    postgres_copies.give_back(url)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
