@@ -20,9 +20,11 @@ from gpudock.db.models import (
     LinkState,
     MigrationModel,
 )
+from gpudock.errors import InvalidRequest, NotFound
 from gpudock.platform import Platform
 from gpudock.services.accounts import users
 from gpudock.services.agents import hosts
+from gpudock.services.fleet import kept
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances import container_spec as containers
 from tests.gpu.fake_pynvml import FakeNvml, fake_uuid, h200_1x
@@ -178,3 +180,24 @@ def test_a_host_back_after_its_instance_moved_away_has_that_container_stopped_no
             InstanceStatus.RUNNING,
             moved.host_id,
         )
+    # The operator sees what the fence kept, and removes it once nothing in it is needed.
+    names = {hosts.get_host(ctx, host).id: host for host, _ in pairs}
+    old_host, new_host = names[first.host_id], names[moved.host_id]
+    (kept_one,) = kept.list_kept(ctx, old_host)
+    old_volumes = tuple(sorted(old_engine.volumes))
+    assert (kept_one.instance_id, kept_one.owner, kept_one.container) == (created.id, "alice", name)
+    assert (kept_one.running, kept_one.volumes) == (False, old_volumes)
+    assert kept_one.reason == f"the instance lives on host {new_host} now"
+    assert kept.list_kept(ctx, new_host) == []  # its live container is its own
+    with pytest.raises(NotFound):
+        kept.remove_kept(ctx, old_host, "i-0000000000")
+    kept.remove_kept(ctx, old_host, created.id)
+    assert old_engine.inspect_container(name) is None
+    assert tuple(sorted(old_engine.volumes)) == old_volumes  # its data stays until asked
+    (data_only,) = kept.list_kept(ctx, old_host)
+    assert (data_only.container, data_only.volumes) == ("", old_volumes)
+    with pytest.raises(InvalidRequest, match="--with-data"):
+        kept.remove_kept(ctx, old_host, created.id)
+    kept.remove_kept(ctx, old_host, created.id, with_data=True)
+    assert old_engine.volumes == {} and kept.list_kept(ctx, old_host) == []
+    assert new_engine.inspect_container(name) is not None  # the live one untouched

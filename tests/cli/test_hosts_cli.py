@@ -69,3 +69,18 @@ def test_labels_are_added_changed_listed_and_asked_for(
     assert "no host labelled zone=eu-west-1 has 1 × A100-80GB: the most one has is 0" in (
         " ".join(empty.output.split())
     )
+
+
+def test_kept_says_which_host_is_unknown_and_which_one_must_be_linked_first(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    unknown = gpudock(live_server, tmp_path, "hosts", "kept", "nowhere")
+    assert unknown.exit_code != 0 and "no agent host 'nowhere'" in unknown.output
+    added = gpudock(live_server, tmp_path, "hosts", "add", "box-k")
+    assert added.exit_code == 0, added.output
+    for command in (("hosts", "kept", "box-k"), ("hosts", "kept", "box-k", "--remove", "i-1")):
+        unlinked = gpudock(live_server, tmp_path, *command)
+        assert unlinked.exit_code != 0
+        assert "host box-k's agent is not connected to this server" in (
+            " ".join(unlinked.output.split())
+        )

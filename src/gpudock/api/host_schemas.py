@@ -70,3 +70,16 @@ class AgentHostInvitationPublic(BaseModel):
     host: AgentHostPublic
     join_command: str = Field(description="Run it on the host, as root: shown this once")
     expires_at: datetime
+
+
+class KeptContainerPublic(BaseModel):
+    """A container the fence stopped and kept on an agent host: its instance lives
+    elsewhere now, or was deleted."""
+
+    instance_id: str
+    instance_name: str = Field(description="Empty when the instance is gone from the database")
+    owner: str
+    container: str
+    running: bool
+    volumes: list[str] = Field(description="Its old data volume(s) on this host")
+    reason: str

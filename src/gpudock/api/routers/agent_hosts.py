@@ -13,9 +13,11 @@ from gpudock.api.host_schemas import (
     AgentHostInvitationPublic,
     AgentHostLabelsRequest,
     AgentHostPublic,
+    KeptContainerPublic,
 )
 from gpudock.services.agents import hosts
 from gpudock.services.agents.hosts import AgentHost
+from gpudock.services.fleet import kept
 
 router = APIRouter(prefix="/agent-hosts", tags=["hosts"])
 
@@ -95,3 +97,28 @@ def remove_host(ctx: Context, _admin: AdminUser, name: str) -> AgentHostPublic:
     """Forget the host and revoke its agent: its key is refused from now on and
     its live link closes at its next heartbeat."""
     return _public(hosts.remove_host(ctx, name))
+
+
+@router.get(
+    "/{name}/kept", response_model=list[KeptContainerPublic], responses=error_responses(404, 409)
+)
+def list_kept(ctx: Context, _admin: AdminUser, name: str) -> list[KeptContainerPublic]:
+    """Containers the fence stopped and kept on the host (their instances moved away
+    or were deleted while it was out of reach); its link must be up."""
+    return [
+        KeptContainerPublic.model_validate(k, from_attributes=True)
+        for k in kept.list_kept(ctx, name)
+    ]
+
+
+@router.delete(
+    "/{name}/kept/{instance_id}",
+    response_model=KeptContainerPublic,
+    responses=error_responses(404, 409),
+)
+def remove_kept(
+    ctx: Context, _admin: AdminUser, name: str, instance_id: str, with_data: bool = False
+) -> KeptContainerPublic:
+    """Remove one kept container (`with_data`: its old data volume on the host too)."""
+    removed = kept.remove_kept(ctx, name, instance_id, with_data=with_data)
+    return KeptContainerPublic.model_validate(removed, from_attributes=True)

@@ -1,4 +1,5 @@
-"""`gpudock hosts`: where the GPUs are (bare); hosts with agents (add|list|label|drain|remove)."""
+"""`gpudock hosts`: where the GPUs are (bare); hosts with agents
+(add|list|label|drain|remove), and what the fence kept on them (kept)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,20 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gpudock.api.host_schemas import AgentHostInvitationPublic, AgentHostPublic
+from gpudock.api.host_schemas import (
+    AgentHostInvitationPublic,
+    AgentHostPublic,
+    KeptContainerPublic,
+)
 from gpudock.cli import output
-from gpudock.cli.client import connect
+from gpudock.cli.client import connect, quoted_path
 from gpudock.cli.commands import gpus
 from gpudock.cli.commands.listing import show_collection
 from gpudock.cli.commands.options import JsonFlag, parse_pairs
 
 app = typer.Typer(
     help="Hosts and their GPUs, with the instance holding each GPU; add|list|label|drain|"
-    "remove hosts with agents (admin).",
+    "remove|kept hosts with agents (admin).",
     invoke_without_command=True,
 )
 COLUMNS = ("NAME", "STATE", "LINK", "LAST HEARTBEAT", "AGENT", "ENGINE", "GPUS", "LABELS")
@@ -106,6 +111,55 @@ def remove(name: HostName, json_output: JsonFlag = False) -> None:
     with connect() as client:
         host = client.delete(f"/agent-hosts/{name}", AgentHostPublic)
     output.print_answer(host, json_output, f"Removed host {host.name}; its agent is revoked.")
+
+
+KEPT_COLUMNS = ("INSTANCE", "NAME", "OWNER", "CONTAINER", "DATA VOLUMES", "WHY KEPT")
+
+
+@app.command("kept")
+def kept(
+    name: HostName,
+    remove_instance: Annotated[
+        str | None,
+        typer.Option(
+            "--remove", metavar="INSTANCE", help="Remove the container kept for this instance."
+        ),
+    ] = None,
+    with_data: Annotated[
+        bool, typer.Option("--with-data", help="With --remove: its old data volume too.")
+    ] = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Containers the fence stopped and kept on the host (their instances moved away or
+    were deleted while it was out of reach); --remove one once nothing in it is needed."""
+    if remove_instance is None:
+        show_collection(
+            quoted_path("agent-hosts", name, "kept"),
+            list[KeptContainerPublic],
+            KEPT_COLUMNS,
+            _kept_row,
+            json_output=json_output,
+            empty=f"Host {name} keeps no container of another host's instance.",
+        )
+        return
+    path = quoted_path("agent-hosts", name, "kept", remove_instance)
+    with connect() as client:
+        params = {"with_data": "true" if with_data else "false"}
+        removed = client.delete(path, KeptContainerPublic, params=params)
+    parts = [removed.container] if removed.container else []
+    parts += removed.volumes if with_data else []
+    output.print_answer(removed, json_output, f"Removed {', '.join(parts)} from {name}.")
+
+
+def _kept_row(kept: KeptContainerPublic) -> list[str | Text]:
+    return [
+        kept.instance_id,
+        kept.instance_name or "-",
+        kept.owner or "-",
+        kept.container or "-",
+        ", ".join(kept.volumes) or "-",
+        kept.reason,
+    ]
 
 
 def _row(host: AgentHostPublic) -> list[str | Text]:
