@@ -49,7 +49,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "hosts",
         "app",
         "Hosts and their GPUs, with the instance holding each GPU; add|list|label|drain|"
-        "remove hosts with agents (admin).",
+        "remove|kept hosts with agents (admin).",
     ),
     "ssh": LazyCommand(
         "ssh", "ssh", "Open a shell (or run CMD) in an instance through the SSH gateway."

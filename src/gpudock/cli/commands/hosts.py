@@ -37,7 +37,7 @@ LabelOpt = Annotated[
 @app.callback()
 def inventory(ctx: typer.Context, json_output: JsonFlag = False) -> None:
     """Hosts and their GPUs, with the instance holding each GPU; add|list|label|drain|
-    remove hosts with agents (admin)."""
+    remove|kept hosts with agents (admin)."""
     if ctx.invoked_subcommand is None:
         gpus.list_hosts(json_output)
 
