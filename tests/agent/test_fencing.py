@@ -6,8 +6,6 @@ agent over TCP on 127.0.0.1, the agent's engine a `FakeRuntime`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -60,14 +58,6 @@ def platform(platform_factory: PlatformFactory) -> Platform:
         agent_heartbeat_s=0.1,
         agent_lease_s=LEASE_S,
     )
-
-
-@pytest.fixture
-def rig(platform: Platform, tmp_path: Path) -> Iterator[LinkRig]:
-    rig = LinkRig(platform, tmp_path)
-    rig.start()
-    yield rig
-    rig.stop()
 
 
 def test_an_agent_cut_off_past_its_lease_stops_its_tenants_and_says_so(

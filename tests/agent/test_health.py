@@ -5,7 +5,6 @@ fault record (real gateway and agents over TCP on 127.0.0.1, real SQLite)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -116,14 +115,6 @@ def test_an_unreadable_nvml_journals_nothing_and_is_read_again_once_it_answers(
 @pytest.fixture
 def platform(platform_factory: PlatformFactory) -> Platform:
     return platform_factory(agent_link_port=0, agent_link_host="127.0.0.1", agent_heartbeat_s=30)
-
-
-@pytest.fixture
-def rig(platform: Platform, tmp_path: Path) -> Iterator[LinkRig]:
-    rig = LinkRig(platform, tmp_path)
-    rig.start()
-    yield rig
-    rig.stop()
 
 
 def _enroll(rig: LinkRig, platform: Platform, nvml: FakeNvml) -> str:

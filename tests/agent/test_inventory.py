@@ -4,9 +4,7 @@ real NVML code (`tests.support.agents.LinkRig`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -46,14 +44,6 @@ def h200s(count: int, tag: int = 0x4200) -> FakeNvml:
 @pytest.fixture
 def platform(platform_factory: PlatformFactory) -> Platform:
     return platform_factory(agent_link_port=0, agent_link_host="127.0.0.1", agent_heartbeat_s=0.2)
-
-
-@pytest.fixture
-def rig(platform: Platform, tmp_path: Path) -> Iterator[LinkRig]:
-    rig = LinkRig(platform, tmp_path)
-    rig.start()
-    yield rig
-    rig.stop()
 
 
 def enroll(rig: LinkRig, platform: Platform, name: str, nvml: FakeNvml) -> str:

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import Future
-from pathlib import Path
 
 import pytest
 
@@ -28,14 +26,6 @@ H200_UUID_PREFIX = "GPU-"
 @pytest.fixture
 def platform(platform_factory: PlatformFactory) -> Platform:
     return platform_factory(agent_link_port=0, agent_link_host="127.0.0.1", agent_heartbeat_s=0.2)
-
-
-@pytest.fixture
-def rig(platform: Platform, tmp_path: Path) -> Iterator[LinkRig]:
-    rig = LinkRig(platform, tmp_path)
-    rig.start()
-    yield rig
-    rig.stop()
 
 
 def _host(platform: Platform, name: str) -> AgentHost:

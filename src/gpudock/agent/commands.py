@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import asyncssh
 from pydantic import ValidationError
 
+from gpudock.agent.state import write_private_json
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime import calls
 from gpudock.runtime.base import Runtime, StaleGeneration
@@ -68,13 +68,7 @@ class Generations:
                 self._save()
 
     def _save(self) -> None:
-        partial = self._path.with_suffix(".partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(self._seen, handle)
-            handle.flush()
-            os.fsync(handle.fileno())  # on disk before the command it admits runs
-        partial.replace(self._path)
+        write_private_json(self._path, self._seen)  # on disk before the command it admits runs
 
 
 class CommandServer:

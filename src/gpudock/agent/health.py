@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from gpudock.agent.state import write_private_json
 from gpudock.errors import GpudockError
 from gpudock.gpu.base import GpuSource, HealthEvent
 from gpudock.link.wire import MAX_HEALTH_RECORDS, HealthRecord
@@ -106,8 +106,10 @@ class HealthJournal:
         none of ours, which are numbered again above its number, not dropped."""
         with self._lock:
             if through >= self._next:
-                for position, record in enumerate(self._pending):
-                    record.seq = through + 1 + position
+                self._pending = [
+                    record.model_copy(update={"seq": through + 1 + position})
+                    for position, record in enumerate(self._pending)
+                ]
                 self._acked, self._next = through, through + 1 + len(self._pending)
             elif through > self._acked:
                 self._pending = [r for r in self._pending if r.seq > through]
@@ -123,13 +125,7 @@ class HealthJournal:
             "next": self._next,
             "pending": [r.model_dump(mode="json") for r in self._pending],
         }
-        partial = self.path.with_suffix(".partial")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        partial.replace(self.path)
+        write_private_json(self.path, data)
 
 
 class HealthWatcher:

@@ -73,13 +73,21 @@ def load_enrollment(state_dir: Path) -> Enrollment:
 
 def save_enrollment(state_dir: Path, enrollment: Enrollment) -> None:
     path = state_dir / SERVER_FILE
-    partial = path.with_suffix(".partial")
     data = {
         "link": str(enrollment.link),
         "server_key": enrollment.server_key,
         "host_name": enrollment.host_name,
     }
+    write_private_json(path, data)
+
+
+def write_private_json(path: Path, data: object) -> None:
+    """Replace `path` with `data` as JSON (0600), synced first: a reader, or the agent
+    after a kill, finds the old file or the new one, never half of one."""
+    partial = path.with_suffix(".partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         json.dump(data, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
     partial.replace(path)

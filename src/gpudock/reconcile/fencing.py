@@ -64,10 +64,8 @@ def fence_pass(ctx: ServiceContext, watch: FenceWatch) -> int:
 def _fence_host(ctx: ServiceContext, host_id: str, runtime: Runtime) -> int:
     running = {
         owner: container
-        for container in runtime.list_containers(containers.cluster_labels(ctx.cluster_id))
+        for owner, container in containers.instance_containers(ctx.cluster_id, runtime).items()
         if container.running
-        and (owner := container.labels.get(LABEL_INSTANCE)) is not None
-        and container.name == containers.container_name(ctx.cluster_id, owner)
     }
     if not running:
         return 0

@@ -123,15 +123,11 @@ def _kept_on(
     """Each instance with a container or a data volume here that is not its own any
     more, with that container (None: only its volume is left). Both are known by
     their instance label, whatever a move named the volume."""
-    labels = containers.cluster_labels(ctx.cluster_id)
-    found: dict[str, ContainerState | None] = {
-        owner: state
-        for state in runtime.list_containers(labels)
-        if (owner := state.labels.get(LABEL_INSTANCE)) is not None
-        and state.name == containers.container_name(ctx.cluster_id, owner)
-    }
+    found: dict[str, ContainerState | None] = dict(
+        containers.instance_containers(ctx.cluster_id, runtime)
+    )
     volumes: dict[str, list[str]] = {}  # by instance: its data volumes here
-    for volume in runtime.list_volumes(labels):
+    for volume in runtime.list_volumes(containers.cluster_labels(ctx.cluster_id)):
         if (owner := volume.labels.get(LABEL_INSTANCE)) is not None:
             volumes.setdefault(owner, []).append(volume.name)
             found.setdefault(owner, None)

@@ -14,6 +14,7 @@ from gpudock.runtime.base import (
     LABEL_MANAGED,
     LABEL_OWNER,
     ContainerSpec,
+    ContainerState,
     Runtime,
 )
 from gpudock.runtime.calls import InstanceScope
@@ -61,6 +62,17 @@ def system_image_repository(cluster_id: str, instance_id: str) -> str:
 
 def cluster_labels(cluster_id: str) -> dict[str, str]:
     return {LABEL_MANAGED: "true", LABEL_CLUSTER: cluster_id}
+
+
+def instance_containers(cluster_id: str, runtime: Runtime) -> dict[str, ContainerState]:
+    """This installation's instance containers on `runtime`, by instance id (one
+    labelled with an instance but not named as its container is not one)."""
+    return {
+        owner: container
+        for container in runtime.list_containers(cluster_labels(cluster_id))
+        if (owner := container.labels.get(LABEL_INSTANCE)) is not None
+        and container.name == container_name(cluster_id, owner)
+    }
 
 
 def instance_labels(cluster_id: str, instance: InstanceModel) -> dict[str, str]:
