@@ -4,6 +4,7 @@ agent's own engine (a `FakeRuntime` here; the netns e2e test uses a real one).""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from gpudock.reconcile import garbage, liveness
 from gpudock.runtime import calls
 from gpudock.runtime.base import (
     LABEL_GPUS,
+    STDOUT,
     ContainerSpec,
     ContainerState,
     EngineInfo,
@@ -32,6 +34,7 @@ from gpudock.runtime.base import (
     Runtime,
     RuntimeTimeout,
     StaleGeneration,
+    StreamPeer,
     VolumeState,
 )
 from gpudock.runtime.calls import InstanceScope
@@ -386,6 +389,64 @@ def test_an_exec_stream_crosses_the_link_with_its_exit_code(
     with pytest.raises(RuntimeFailure, match="is not running") as refused:
         runtime.open_exec_stream(container.id, ["cat"], tty=True, env={})
     assert type(refused.value) is RuntimeFailure
+
+
+def _unread(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(64, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return b""
+
+
+class _Sink:
+    """Records what an attached exec stream hands over (a `StreamSink`)."""
+
+    def __init__(self) -> None:
+        self.output_seen: list[tuple[int, bytes]] = []
+        self.ended = threading.Event()
+
+    def output(self, stream: int, data: bytes) -> None:
+        self.output_seen.append((stream, data))
+
+    def output_ended(self) -> None:
+        self.ended.set()
+
+    def pause_input(self) -> None:
+        pass
+
+    def resume_input(self) -> None:
+        pass
+
+
+def test_a_caller_on_the_links_loop_attaches_to_the_channel_itself(
+    platform: Platform, linked: tuple[_Rig, AgentHost]
+) -> None:
+    rig, host = linked
+    runtime = platform.ctx.runtime_for(host.id)
+    container = runtime.start_container(runtime.create_container(_spec()).id)
+    stream = runtime.open_exec_stream(container.id, ["cat"], tty=False, env={})
+    direct = stream.direct
+    assert direct is not None
+    sink = _Sink()
+
+    async def attach() -> StreamPeer | None:
+        assert direct is not None
+        return direct.attach(sink)
+
+    assert asyncio.run(attach()) is None  # another loop: the sockets stay the way in
+    # What reached the socket pair before the caller attached comes first.
+    stream.sock.sendall(b"early ")
+    wait_for(lambda: _unread(stream.sock) == b"early ", "the echo, unread")
+    peer = rig.run(attach())
+    assert peer is not None
+    assert stream.sock.fileno() == -1 and stream.err_sock is not None
+    assert stream.err_sock.fileno() == -1  # both handed over, closed
+    rig.loop.call_soon_threadsafe(peer.write, BINARY)
+    rig.loop.call_soon_threadsafe(peer.write_eof)  # `cat` ends
+    assert sink.ended.wait(30)
+    assert {stream for stream, _ in sink.output_seen} == {STDOUT}
+    assert b"".join(data for _, data in sink.output_seen) == b"early " + BINARY
+    assert wait_for(lambda: runtime.exec_exit_code(stream.exec_id) == 0, "the exit code")
 
 
 def test_a_terminal_exec_is_sized_and_resized_over_the_link(

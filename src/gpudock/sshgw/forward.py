@@ -19,7 +19,7 @@ from gpudock.errors import GpudockError
 from gpudock.services.ssh import sessions as ssh_sessions
 from gpudock.services.ssh.sessions import SESSION_MARKER_ENV, STDERR, Grant
 from gpudock.sshgw import commands
-from gpudock.sshgw.bridge import Bridge
+from gpudock.sshgw.bridge import Bridge, open_bridge
 from gpudock.sshgw.ports import Connection
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ async def open_forward(conn: Connection, host: str, port: int) -> ForwardSession
         )
     except GpudockError as exc:
         raise asyncssh.ChannelOpenError(asyncssh.OPEN_CONNECT_FAILED, exc.message) from exc
-    session.bridge = await Bridge.connect(stream, session)
+    session.bridge = await open_bridge(stream, session)
     try:
         connected = await asyncio.wait_for(asyncio.shield(session.ready), CONNECT_DEADLINE_S)
     except TimeoutError:

@@ -17,7 +17,7 @@ from gpudock.errors import GpudockError
 from gpudock.services.ssh import sessions as ssh_sessions
 from gpudock.services.ssh.sessions import SESSION_MARKER_ENV, STDERR, InstanceNotRunning
 from gpudock.sshgw import commands
-from gpudock.sshgw.bridge import BUFFER_HIGH, Bridge
+from gpudock.sshgw.bridge import BUFFER_HIGH, Bridge, open_bridge
 from gpudock.sshgw.ports import Connection
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class ExecSession(asyncssh.SSHServerSession[bytes]):
             return
         if self._term is not None:  # before any input: the shell reads its size at once
             await self._resize(stream.exec_id, self._term[1], self._term[2])
-        self._bridge = await Bridge.connect(stream, self)
+        self._bridge = await open_bridge(stream, self)
         if self._closed:  # the client went away while the process started
             self._hang_up()
             return

@@ -28,6 +28,8 @@ from gpudock.runtime.base import STDERR as STDERR  # re-exported: the gateway
 from gpudock.runtime.base import STDOUT as STDOUT  # reaches runtime types through
 from gpudock.runtime.base import ExecStream as ExecStream  # services only
 from gpudock.runtime.base import Runtime
+from gpudock.runtime.base import StreamPeer as StreamPeer
+from gpudock.runtime.base import StreamSink as StreamSink
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import actions as instances
 from gpudock.services.ssh import keys as ssh_keys
