@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from tests.support.agent_cluster import Cluster, fake_gpus, linked_server
 from tests.support.fleet_netns import leftovers, netns_fleet
 from tests.support.key_proof import make_key, post_with_proof
+from tests.support.server_process import free_port
 from tests.support.ssh_options import SSH_OPTIONS
 from tests.support.sshgw import wait_for
 
@@ -85,6 +87,68 @@ def _scp(
     port, login = match.groups()
     argv = ["scp", "-P", port, "-i", str(key), *SSH_OPTIONS, local, f"{login}@127.0.0.1:{remote}"]
     return subprocess.run(argv, capture_output=True, timeout=60, check=False)
+
+
+def _login(instance: dict[str, Any]) -> tuple[str, str]:
+    match = re.search(r"-p (\d+) (\S+)@", instance["ssh_command"])
+    assert match, instance["ssh_command"]
+    port, login = match.groups()
+    return port, login
+
+
+def _through_local_forward(instance: dict[str, Any], key: Path, port: int, data: bytes) -> bytes:
+    """`ssh -L` to a port on the instance's loopback: what an echo server there sends back."""
+    gateway_port, login = _login(instance)
+    local = free_port()
+    argv = ["ssh", "-p", gateway_port, "-i", str(key), *SSH_OPTIONS, "-N"]
+    argv += ["-o", "ExitOnForwardFailure=yes", "-L", f"{local}:127.0.0.1:{port}"]
+    tunnel = subprocess.Popen([*argv, f"{login}@127.0.0.1"], stderr=subprocess.PIPE)
+    try:
+        conn = wait_for(lambda: _connect(local), "the forwarded port open")
+        with conn:
+            conn.sendall(data)
+            conn.shutdown(socket.SHUT_WR)
+            echoed = b""
+            while chunk := conn.recv(1 << 16):
+                echoed += chunk
+        return echoed
+    finally:
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+
+
+def _connect(port: int) -> socket.socket | None:
+    """A connection through the tunnel, once the far end answers (ssh listens before
+    its channel opens; a connection then is closed at once)."""
+    try:
+        conn = socket.create_connection(("127.0.0.1", port), 5)
+    except OSError:  # ssh is not listening yet
+        return None
+    try:
+        conn.sendall(b"?")
+        if conn.recv(1) == b"?":
+            return conn
+    except OSError:
+        pass
+    conn.close()
+    return None
+
+
+def _rsync_tree(workdir: Path, instance: dict[str, Any], key: Path, container: Any) -> None:
+    """rsync over the gateway puts a tree into the instance on the NATed host."""
+    tree = workdir / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "weights.bin").write_bytes(hashlib.sha256(b"w").digest() * 8192)
+    (tree / "notes.txt").write_text("epoch 3\n")
+    gateway_port, login = _login(instance)
+    ssh = " ".join(["ssh", "-p", gateway_port, "-i", str(key), *SSH_OPTIONS])
+    argv = ["rsync", "-a", "-e", ssh, f"{tree}/", f"{login}@127.0.0.1:/root/data/tree/"]
+    synced = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    assert synced.returncode == 0, synced.stderr
+    listed = container.exec_run(["sh", "-c", "cd /root/data/tree && sha256sum sub/weights.bin"])
+    digest = hashlib.sha256(hashlib.sha256(b"w").digest() * 8192).hexdigest()
+    assert listed.output.decode().split()[0] == digest
+    assert container.exec_run(["cat", "/root/data/tree/notes.txt"]).output == b"epoch 3\n"
 
 
 def _deleted(user: httpx.Client, instance_id: str) -> None:
@@ -176,7 +240,7 @@ def test_an_instance_runs_stops_and_goes_on_its_agent_hosts_engine(
         terminal = _ssh(running, key, "tty; stty size; exit 5", options=("-tt",))
         assert terminal.returncode == 5, terminal.stderr
         assert b"/dev/pts/" in terminal.stdout
-        # scp (SFTP underneath) and -W run their relays as execs over the link too.
+        # scp (SFTP underneath), rsync, -W and -L run their relays as execs over the link too.
         local = cluster.workdir / "upload"
         local.write_bytes(data[::-1])
         copied = _scp(running, key, str(local), "/root/data/upload")
@@ -187,6 +251,8 @@ def test_an_instance_runs_stops_and_goes_on_its_agent_hosts_engine(
         wait_for(lambda: container.exec_run(["python3", "-c", PORT_OPEN]).exit_code == 0, "echo")
         relayed = _ssh(running, key, "", options=("-W", "127.0.0.1:7000"), stdin=b"ping")
         assert relayed.stdout == b"ping", relayed.stderr
+        assert _through_local_forward(running, key, 7000, b"pong" * 20_000) == b"pong" * 20_000
+        _rsync_tree(cluster.workdir, running, key, container)
         _service_url_answers(cluster, user, container, instance_id)
 
         assert user.post(f"/instances/{instance_id}/stop").status_code == 200
