@@ -104,9 +104,11 @@ def fake_gpus(model: str, count: int, memory_gib: int) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def linked_server(fleet: NetnsFleet, workdir: Path) -> Iterator[Cluster]:
-    """A `gpudock server` taking agents on the fleet's bridge (fast heartbeats),
-    killed after."""
+def linked_server(
+    fleet: NetnsFleet, workdir: Path, env: dict[str, str] | None = None
+) -> Iterator[Cluster]:
+    """A `gpudock server` taking agents on the fleet's bridge (fast heartbeats; `env`
+    adds or overrides settings), killed after."""
     server = ServerProcess(
         workdir / "server",
         simulate="1x1xA100-80GB",
@@ -115,6 +117,7 @@ def linked_server(fleet: NetnsFleet, workdir: Path) -> Iterator[Cluster]:
             "GPUDOCK_AGENT_LINK_PORT": "0",
             "GPUDOCK_AGENT_HEARTBEAT_S": "0.3",
             "GPUDOCK_AGENT_LINK_TIMEOUT_S": "2",
+            **(env or {}),
         },
     )
     server.start()
