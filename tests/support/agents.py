@@ -149,3 +149,15 @@ class DirectoryVolumesRuntime(FakeRuntime):
 
     def load_image(self, chunks: Iterator[bytes]) -> None:
         self.images.add(b"".join(chunks).decode())
+
+
+def leave_behind(source: FakeRuntime, host: FakeRuntime, container: str) -> None:
+    """What the fence keeps on a host an instance left while it was out of reach:
+    the instance's container there, stopped, and its old data volume — made on
+    `host`'s engine as copies of the ones it runs with on `source` now (the same
+    names and instance labels)."""
+    spec = source.spec_of(container)
+    volume = source.volumes[spec.volume_name]
+    host.images.add(spec.image)
+    host.ensure_volume(volume.name, volume.labels)
+    host.create_container(spec)

@@ -270,6 +270,28 @@ ZH_CN_MESSAGES: dict[str, str] = {
         "CSRF 令牌缺失或错误：请刷新页面后重试"
     ),
     "not found": "未找到",
+    # what the fence kept on an agent host (services/fleet/kept.py)
+    "the instance was deleted": "该实例已被删除",
+    "the instance lives on host {host} now": "该实例现在位于主机 {host}",
+    "no agent host '{host}': `gpudock hosts list` shows them": (
+        "没有代理主机 '{host}'：`gpudock hosts list` 会列出所有代理主机"
+    ),
+    "host {host}'s agent is not connected to this server: what it keeps can be seen once its "
+    "link is up (`gpudock hosts list`)": (
+        "主机 {host} 的代理未连接到本服务器：连接恢复后才能查看它保留的内容（`gpudock hosts list`）"
+    ),
+    "host {host} keeps no container of instance {instance}: `gpudock hosts kept {host}` lists "
+    "what it keeps": (
+        "主机 {host} 没有保留实例 {instance} 的容器：`gpudock hosts kept {host}` 会列出它保留的内容"
+    ),
+    "only the data volume of instance {instance} is left on {host}: remove it with its data "
+    "(--with-data)": "实例 {instance} 在 {host} 上只剩数据卷：请连同数据一起删除（--with-data）",
+    "instance {instance} is changing now: try again in a moment": (
+        "实例 {instance} 正在变更：请稍后重试"
+    ),
+    "instance {instance} is not settled elsewhere now: not removed": (
+        "实例 {instance} 目前未在其他主机上落定：未删除"
+    ),
     # statuses, when a message names one
     "pending": "排队中",
     "creating": "创建中",

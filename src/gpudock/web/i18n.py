@@ -203,6 +203,37 @@ ZH_CN: dict[str, str] = {
     "their instances stop (data kept).": (
         "确定停用该用户吗？其 API 令牌、控制台会话和 SSH 密钥立即失效；其实例将关机（数据保留）。"
     ),
+    # what the fence kept on an agent host
+    "What the fence kept": "隔离后保留的内容",
+    "Containers and old data volumes of instances that moved to another host, or were "
+    "deleted, while their host was out of reach: stopped, never removed, until you remove "
+    "them. Its link must be up to read a host's list.": (
+        "主机失联期间迁移到其他主机或被删除的实例，其容器和旧数据卷：只停止、从不自动删除，"
+        "直到你删除它们。主机连接正常时才能读取其列表。"
+    ),
+    "Nothing kept here.": "此主机没有保留任何内容。",
+    "Container": "容器",
+    "Old data volume": "旧数据卷",
+    "Why it is kept": "保留原因",
+    "removed: only its data volume is left": "已删除：只剩其数据卷",
+    "also remove its old data volume": "同时删除其旧数据卷",
+    "Remove its old data volume": "删除其旧数据卷",
+    "Remove what this host kept of the instance? This cannot be undone.": (
+        "确定删除此主机为该实例保留的内容吗？此操作不可撤销。"
+    ),
+    "Removed the old data volume {host} kept of instance {instance}.": (
+        "已删除 {host} 为实例 {instance} 保留的旧数据卷。"
+    ),
+    "Removed the container and the old data volume {host} kept of instance {instance}.": (
+        "已删除 {host} 为实例 {instance} 保留的容器和旧数据卷。"
+    ),
+    "Removed the container {host} kept of instance {instance}; its old data volume stays "
+    "there until you remove it too.": (
+        "已删除 {host} 为实例 {instance} 保留的容器；其旧数据卷仍留在该主机上，直到你也删除它。"
+    ),
+    "Removed the container {host} kept of instance {instance}.": (
+        "已删除 {host} 为实例 {instance} 保留的容器。"
+    ),
     # API tokens
     "API tokens": "API 令牌",
     "Expires": "过期时间",

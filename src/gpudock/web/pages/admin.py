@@ -1,5 +1,5 @@
 """Operator pages (admins only): hosts and GPUs with their tenants, hosts with
-agents; users and their states."""
+agents and what the fence kept on them; users and their states."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, Request, Response
 
 from gpudock.billing.money import format_amount
-from gpudock.errors import Conflict, InvalidRequest, NotFound
+from gpudock.errors import Conflict, GpudockError, InvalidRequest, NotFound
 from gpudock.gpu.xid import XID_RULES
+from gpudock.messages import Message
 from gpudock.services.accounts import logins as accounts
 from gpudock.services.accounts import states as user_states
 from gpudock.services.accounts import users
@@ -18,7 +19,8 @@ from gpudock.services.accounts.logins import WebSession
 from gpudock.services.agents import hosts as agent_hosts
 from gpudock.services.agents.hosts import AgentHost
 from gpudock.services.context import ServiceContext
-from gpudock.services.fleet import inventory
+from gpudock.services.fleet import inventory, kept
+from gpudock.services.fleet.kept import KeptContainer
 from gpudock.services.instances import overview
 from gpudock.web.deps import AdminCsrfViewer, AdminViewer, ConsoleRoute, Context, render
 
@@ -32,6 +34,9 @@ HOST_STATES = {
     "lost": "lost",
 }
 LINK_STATES = {"up": "link up", "down": "link down", "none": "never linked"}
+# What the fence kept changes rarely (a host's return, a removal) and costs calls over
+# the host's link: each host's list is a fragment of its own, not part of the 2 s refresh.
+KEPT_REFRESH_S = 30
 
 
 def hosts_values(ctx: ServiceContext) -> dict[str, Any]:
@@ -50,6 +55,8 @@ def hosts_values(ctx: ServiceContext) -> dict[str, Any]:
         "xids": XID_RULES.values(),
         "fault_error": None,
         "fault_form": {},
+        "kept_done": None,
+        "kept_error": None,
     }
 
 
@@ -59,14 +66,80 @@ def _gpu_summary(host: AgentHost) -> str:
     return ", ".join(f"{count} × {model}" for model, count in sorted(models.items()))
 
 
+def _hosts_page(
+    request: Request, ctx: Context, viewer: WebSession, status_code: int = 200, **extra: object
+) -> Response:
+    values = hosts_values(ctx) | extra
+    return render(request, "admin_hosts.html", viewer, status_code, **values)
+
+
 @router.get("/hosts")
 def hosts(request: Request, ctx: Context, viewer: AdminViewer) -> Response:
-    return render(request, "admin_hosts.html", viewer, **hosts_values(ctx))
+    return _hosts_page(request, ctx, viewer)
 
 
 @router.get("/hosts/live")
 def hosts_live(request: Request, ctx: Context, viewer: AdminViewer) -> Response:
     return render(request, "fragments/hosts_live.html", viewer, **hosts_values(ctx))
+
+
+@router.get("/hosts/{name}/kept")
+def kept_fragment(request: Request, ctx: Context, viewer: AdminViewer, name: str) -> Response:
+    """What the fence kept on agent host `name`. When it cannot be read (the host's
+    link is down, the host is gone, its agent did not answer) the fragment says
+    why, in that host's place: the rest of the page is not affected."""
+    found: list[KeptContainer] = []
+    unreadable: str | None = None
+    try:
+        found = kept.list_kept(ctx, name)
+    except GpudockError as exc:
+        unreadable = exc.message
+    return render(
+        request,
+        "fragments/kept.html",
+        viewer,
+        kept_loaded=True,
+        kept_host=name,
+        kept=found,
+        unreadable=unreadable,
+        refresh_s=KEPT_REFRESH_S,
+    )
+
+
+@router.post("/hosts/{name}/kept/{instance_id}/remove")
+def remove_kept(
+    request: Request,
+    ctx: Context,
+    viewer: AdminCsrfViewer,
+    name: str,
+    instance_id: str,
+    with_data: Annotated[bool, Form()] = False,
+) -> Response:
+    """What was removed, or why nothing was, is shown at the top of the hosts page."""
+    try:
+        removed = kept.remove_kept(ctx, name, instance_id, with_data=with_data)
+    except (InvalidRequest, Conflict, NotFound) as exc:
+        return _hosts_page(request, ctx, viewer, exc.http_status, kept_error=exc.message)
+    return _hosts_page(request, ctx, viewer, kept_done=_removed(name, removed, with_data))
+
+
+def _removed(host: str, removed: KeptContainer, with_data: bool) -> Message:
+    """What the page says was removed, in the reader's language when it is shown."""
+    values = {"host": host, "instance": removed.instance_id}
+    if not removed.container:
+        return Message("Removed the old data volume {host} kept of instance {instance}.", **values)
+    if with_data and removed.volumes:
+        return Message(
+            "Removed the container and the old data volume {host} kept of instance {instance}.",
+            **values,
+        )
+    if removed.volumes:
+        return Message(
+            "Removed the container {host} kept of instance {instance}; its old data volume "
+            "stays there until you remove it too.",
+            **values,
+        )
+    return Message("Removed the container {host} kept of instance {instance}.", **values)
 
 
 def _users_page(
