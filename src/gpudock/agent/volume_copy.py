@@ -234,6 +234,7 @@ async def _frames_into(
                     reported = expected
                     await _report(process, ReceiveReport(received=expected))
             if frame is None:
+                await _broke_off(process, expected)
                 return None
             offset, length, digest, payload = frame
             if length == 0:
@@ -246,6 +247,16 @@ async def _frames_into(
     finally:
         if landing is not None:  # cancelled: the thread still holds the spool
             await asyncio.wait([landing[1]])
+
+
+async def _broke_off(process: asyncssh.SSHServerProcess[bytes], held: int) -> None:
+    """The stream ended before its end frame (its source or the relay went away):
+    say where to resume, so that the server's next try need not wait out a stall.
+    When the relay is what went away, nobody reads this."""
+    message = f"the stream broke off; held {held}"
+    with contextlib.suppress(asyncssh.Error, OSError):
+        await _report(process, ReceiveReport(resume_at=held, message=message))
+        process.exit(FAILED)
 
 
 async def _frame_failed(process: asyncssh.SSHServerProcess[bytes], held: int) -> None:

@@ -10,6 +10,7 @@ destination names, up to `ATTEMPTS` times in a row without progress.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -145,5 +146,9 @@ async def _pipe(
         receiver.stdin.write_eof()
     except (asyncssh.Error, OSError, TimeoutError) as exc:
         log.warning("volume relay ended: %s", exc or "stalled")
+        # The stream ends here for the destination too: it says where to resume
+        # at once rather than wait for bytes that will not come.
+        with contextlib.suppress(asyncssh.Error, OSError):
+            receiver.stdin.write_eof()
         return moved, ""
     return moved, error

@@ -52,6 +52,10 @@ ZH_CN_MESSAGES: dict[str, str] = {
     "container exited; restarting": "容器已退出；正在重启",
     "moving: {reason}": "迁移中：{reason}",
     "moving data to {host}: {done} of {total}": "正在把数据迁移到 {host}：{done} / {total}",
+    "moving data to {host}: {done} so far": "正在把数据迁移到 {host}：已迁移 {done}",
+    "the data copy to {host} resumed where it stopped: {sent} of {total} sent again": (
+        "迁移到 {host} 的数据从中断处继续：{total} 中重新发送了 {sent}"
+    ),
     "started on {host}: its host had no free {model}": (
         "已在 {host} 上开机：原主机没有空闲的 {model}"
     ),

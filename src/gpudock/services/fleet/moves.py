@@ -28,6 +28,7 @@ from gpudock.errors import RuntimeFailure
 from gpudock.messages import Message
 from gpudock.runtime.base import LABEL_CLUSTER, LABEL_HOST, LABEL_INSTANCE, LABEL_OWNER
 from gpudock.runtime.link import LinkRuntime
+from gpudock.runtime.transfer import VolumeCopied
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import move_log as migration_log
 from gpudock.services.fleet.inventory import allocated_gpu_ids
@@ -38,6 +39,7 @@ from gpudock.services.leases import with_lease
 log = logging.getLogger(__name__)
 S = InstanceStatus
 PROGRESS_STEP = 0.1  # report a data move's progress every 10 %
+UNSIZED_STEP_BYTES = 64 << 20  # and one of unknown size every 64 MiB or 10 % more, at least
 
 
 def request_move(
@@ -208,24 +210,43 @@ def _copy_data(
     ctx: ServiceContext, instance: InstanceModel, target: str, host: HostModel, token: str
 ) -> None:
     assert instance.data_volume is not None
-    reported = [-1.0]
+    reported = [-1.0, 0]  # the fraction, and the bytes, last reported
 
-    def progress(done: int, total: int) -> None:
-        fraction = done / total if total else 1.0
-        if fraction - reported[0] < PROGRESS_STEP and fraction < 1.0:
-            return
-        reported[0] = fraction
-        message = Message(
-            "moving data to {host}: {done} of {total}",
-            host=host.name,
-            done=_size(done),
-            total=_size(total),
-        )
+    def progress(done: int, total: int | None) -> None:
+        if done > 0 and (total is None or done < total):
+            ctx.crash_point("mid_data_copy")
+        if total is None:  # a plain volume on an agent host: its size is not known ahead
+            if done - reported[1] < max(UNSIZED_STEP_BYTES, reported[1] // 10):
+                return
+            message = Message(
+                "moving data to {host}: {done} so far", host=host.name, done=_size(done)
+            )
+        else:
+            fraction = done / total if total else 1.0
+            if fraction - reported[0] < PROGRESS_STEP and fraction < 1.0:
+                return
+            reported[0] = fraction
+            message = Message(
+                "moving data to {host}: {done} of {total}",
+                host=host.name,
+                done=_size(done),
+                total=_size(total),
+            )
+        reported[1] = done
         with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, message, ctx.clock()))
 
     log.info("instance %s: moving data %s → %s", instance.id, instance.data_volume, target)
     if ctx.runtime_for(instance.data_host_id) is not ctx.runtime_for(host.id):
-        copied = _copy_between_hosts(ctx, instance, target, host, progress)
+        moved = _copy_between_hosts(ctx, instance, target, host, progress)
+        copied = moved.bytes_total
+        if any(moved.resumed_at):  # a try began from what the destination held
+            resumed = Message(
+                "the data copy to {host} resumed where it stopped: {sent} of {total} sent again",
+                host=host.name,
+                sent=_size(moved.bytes_sent),
+                total=_size(moved.bytes_total),
+            )
+            with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, resumed, ctx.clock()))
     else:
         copied = containers.runtime_of(ctx, instance, host.id).copy_volume(
             instance.data_volume,
@@ -250,8 +271,8 @@ def _copy_between_hosts(
     instance: InstanceModel,
     target: str,
     host: HostModel,
-    progress: Callable[[int, int], None],
-) -> int:
+    progress: Callable[[int, int | None], None],
+) -> VolumeCopied:
     """Over the two hosts' links (`runtime.transfer`): resumable, so a retry after a
     dropped link or a restarted agent or server carries on from what `host` holds."""
     assert instance.data_volume is not None
@@ -262,10 +283,12 @@ def _copy_between_hosts(
             f"the data of instance {instance.name} is on another engine than {host.name}'s, "
             "and only agent hosts move data between engines: start it with --stay"
         )
-    total = source.volume_used_bytes(instance.data_volume) or 0
-    copied = source.copy_volume_to(
-        destination, instance.data_volume, target, lambda done: progress(done, max(total, done))
-    )
+    total = source.volume_used_bytes(instance.data_volume)  # None: a plain volume
+
+    def sized(done: int) -> None:
+        progress(done, None if total is None else max(total, done))
+
+    copied = source.copy_volume_to(destination, instance.data_volume, target, sized)
     log.info(
         "instance %s: %d bytes of data moved to %s (%d sent, SHA-256 %s, tries from %s)",
         instance.id,
@@ -275,7 +298,7 @@ def _copy_between_hosts(
         copied.sha256,
         copied.resumed_at,
     )
-    return copied.bytes_total
+    return copied
 
 
 def _note(session: Session, instance: InstanceModel, message: str, at: datetime) -> None:

@@ -8,7 +8,9 @@ billed at the last heartbeat and their policy is applied (wait for the host,
 or restart elsewhere with an empty data volume); a cut-off agent stops its
 tenants itself, and the server fences what it finds when the host returns.
 The server itself killed and started again finds its agents back and adopts
-their containers as they run.
+their containers as they run. A move off a GPU that raised an Xid 79 carries
+the data volume to the other host and resumes where it stopped when the
+server, then the source host's agent, is killed in the middle of the copy.
 
 Every agent host here is alone on its test host's engine while it holds
 instances: a real host has one agent, and the fence acts on the engine's
@@ -18,7 +20,11 @@ every container of an instance that is not meant to be there.
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -44,7 +50,7 @@ Interval = tuple[datetime, datetime | None, int]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("agent-loss")
+    workdir = tmp_path_factory.mktemp("agent-failures")
     env = {
         "GPUDOCK_HOST_LOST_AFTER_S": str(LOST_AFTER_S),  # the agents' lease too
         "GPUDOCK_AGENT_LINK_PORT": str(free_port()),  # the same after a restart
@@ -248,3 +254,88 @@ def test_a_cut_host_fences_itself_its_instance_restarts_elsewhere_and_the_server
         _reached(user, instance_id, "deleted")
     _remove_host(cluster, "ea", first)
     _remove_host(cluster, "eb", second)
+
+
+def _spooled(cluster: Cluster) -> int:
+    """Bytes the destination agents hold of copies under way (their resumable spools)."""
+    return sum(part.stat().st_size for part in cluster.workdir.glob("state-*/transfers/*.part"))
+
+
+class _KillMidCopy(threading.Thread):
+    """SIGKILL `agent` as soon as the spools pass `above` bytes: mid-copy.
+    `killed_at`: the bytes spooled then (0: the copy was never seen under way)."""
+
+    def __init__(self, cluster: Cluster, agent: Any, above: int) -> None:
+        super().__init__()
+        self.cluster, self.agent, self.above = cluster, agent, above
+        self.killed_at = 0
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 120
+        while (held := _spooled(self.cluster)) <= self.above and time.monotonic() < deadline:
+            time.sleep(0.005)  # a tight poll with a deadline: the copy takes a second or two
+        self.agent.send_signal(signal.SIGKILL)
+        self.killed_at = held if held > self.above else 0
+
+
+def test_a_move_off_an_xid_79_resumes_after_the_server_and_the_source_agent_die_mid_copy(
+    cluster: Cluster,
+) -> None:
+    source = _enroll(cluster, "ma", "a", "pool=m", *LONG_LEASE)
+    token = _user(cluster, "mo")
+    with cluster.server.client(token) as user:
+        instance_id = _create(user, "pool=m", "wait")
+        _reached(user, instance_id, "running", host="ma")
+    target = _enroll(cluster, "mb", "b", "pool=m")
+    on_a = _container(cluster.fleet.hosts["a"].engine(), instance_id)
+    wrote = on_a.exec_run(
+        ["sh", "-c", "head -c 160M /dev/urandom > /root/data/blob && sha256sum /root/data/blob"]
+    )
+    assert wrote.exit_code == 0, wrote.output
+    digest = wrote.output.decode().split()[0]
+
+    # The server dies in the middle of the copy, with part of it on the destination.
+    cluster.server.kill()
+    cluster.server.start(GPUDOCK_CRASH_POINTS="mid_data_copy")
+    cluster.link("ma", "up")
+    cluster.link("mb", "up")
+    gpus = json.loads((cluster.workdir / "nvml-ma.json").read_text())["gpus"]
+    cluster.write_gpus("ma", gpus, xids=[(0, 79)])  # read by the agent on host a
+    cluster.server.wait_for_death()
+    kept = _spooled(cluster)
+    assert kept > 0
+    # Started again, it resumes; then the source host's agent dies mid-copy too.
+    cluster.write_gpus("ma", gpus)  # a driver does not raise the same Xid twice
+    watcher = _KillMidCopy(cluster, source, above=kept)
+    watcher.start()
+    cluster.server.start()
+    watcher.join()
+    assert watcher.killed_at > kept
+    source.wait(timeout=30)
+    source = cluster.agent(cluster.fleet.hosts["a"], "run", *LONG_LEASE, nvml="ma")
+
+    with cluster.server.client(token) as user:
+        moved = _reached(user, instance_id, "running", host="mb")
+        on_b = _container(cluster.fleet.hosts["b"].engine(), instance_id)
+        assert moved["container_id"] == on_b.id
+        summed = on_b.exec_run(["sha256sum", "/root/data/blob"])
+        assert summed.output.decode().split()[0] == digest
+        wait_for(lambda: not _of_instance(cluster, "a", instance_id), "nothing left on host a")
+        events = [e["message"] for e in user.get(f"/instances/{instance_id}/events").json()]
+        assert any(re.fullmatch(r"moving data to mb: \d+ MiB so far", m) for m in events)
+        [resumed] = [m for m in events if "resumed where it stopped" in m]
+        sent = re.fullmatch(r".*: (\d+) MiB of (\d+) MiB sent again", resumed)
+        assert sent, resumed
+        assert int(sent[1]) < int(sent[2])  # never from the start again
+        assert user.delete(f"/instances/{instance_id}").status_code == 200
+        _reached(user, instance_id, "deleted")
+    _remove_host(cluster, "ma", source)
+    _remove_host(cluster, "mb", target)
+
+
+def _of_instance(cluster: Cluster, host: str, instance_id: str) -> list[str]:
+    """The instance's containers and volumes on test host `host`'s engine."""
+    engine = cluster.fleet.hosts[host].engine()
+    label = {"label": f"gpudock.instance={instance_id}"}
+    found = [c.name for c in engine.containers.list(all=True, filters=label)]
+    return found + [v.name for v in engine.volumes.list(filters=label)]
