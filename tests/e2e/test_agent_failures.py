@@ -323,6 +323,9 @@ def test_a_move_off_an_xid_79_resumes_after_the_server_and_the_source_agent_die_
         wait_for(lambda: not _of_instance(cluster, "a", instance_id), "nothing left on host a")
         events = [e["message"] for e in user.get(f"/instances/{instance_id}/events").json()]
         assert any(re.fullmatch(r"moving data to mb: \d+ MiB so far", m) for m in events)
+        [disk] = [m for m in events if m.startswith("the system disk moved to mb")]
+        layers = re.fullmatch(r".*: (\d+) KiB sent; (\d+) base layer\(s\) were there", disk)
+        assert layers and int(layers[2]) >= 1, disk  # only the commit's own layer crossed
         [resumed] = [m for m in events if "resumed where it stopped" in m]
         sent = re.fullmatch(r".*: (\d+) MiB of (\d+) MiB sent again", resumed)
         assert sent, resumed

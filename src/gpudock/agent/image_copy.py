@@ -10,11 +10,13 @@ import contextlib
 import logging
 import queue
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import asyncssh
 from pydantic import ValidationError
 
+from gpudock.agent.image_delta import without_layers
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime.base import Runtime
 from gpudock.runtime.calls import InstanceScope
@@ -40,6 +42,7 @@ async def serve(
     runtime: Runtime,
     process: asyncssh.SSHServerProcess[bytes],
     admit: Callable[[InstanceScope], None],
+    spool_dir: Path,
 ) -> None:
     command = str(process.command)
     saving = command.startswith(SAVE_COMMAND)
@@ -52,7 +55,7 @@ async def serve(
         if move.scope is not None:
             admit(move.scope)
         if saving:
-            await _save(runtime, move.ref, process)
+            await _save(runtime, move, process, spool_dir)
         else:
             await _load(runtime, process)
     except (RuntimeFailure, ValidationError, OSError) as exc:
@@ -63,8 +66,15 @@ async def serve(
     process.exit(0)
 
 
-async def _save(runtime: ImageStreams, ref: str, process: asyncssh.SSHServerProcess[bytes]) -> None:
-    chunks = await asyncio.to_thread(runtime.save_image, ref)
+async def _save(
+    runtime: ImageStreams,
+    move: ImageMove,
+    process: asyncssh.SSHServerProcess[bytes],
+    spool_dir: Path,
+) -> None:
+    chunks = await asyncio.to_thread(runtime.save_image, move.ref)
+    if move.omit_layers:  # the destination holds those: their files stay here
+        chunks = without_layers(chunks, set(move.omit_layers), spool_dir)
     while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
         process.stdout.write(chunk)
         await process.stdout.drain()

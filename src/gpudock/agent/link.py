@@ -221,7 +221,8 @@ class Agent:
             await ports.serve_port(self.inventory.runtime, process, self._admit)
             return
         if image_copy.handles(process.command or ""):
-            await image_copy.serve(self.inventory.runtime, process, self._admit)
+            spool = self.state_dir / "transfers"
+            await image_copy.serve(self.inventory.runtime, process, self._admit, spool)
             return
         if volume_copy.handles(process.command or ""):
             spool = self.state_dir / "transfers"

@@ -15,10 +15,12 @@ waited for with the call's timeout. When the link drops, every call in flight fa
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import asyncssh
 from pydantic import ValidationError
@@ -33,10 +35,11 @@ from gpudock.runtime.base import ExecStream, PortSocket
 from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest, InstanceScope
 from gpudock.runtime.link import CallTransport
 from gpudock.runtime.link_ports import PortRequest
-from gpudock.runtime.transfer import VolumeCopied
+from gpudock.runtime.transfer import ImageMove, VolumeCopied
 
 log = logging.getLogger(__name__)
-PROGRESS_POLL_S = 0.5  # how often a thread waiting for a volume copy reports its progress
+PROGRESS_POLL_S = 0.5  # how often a thread waiting for a copy reports its progress
+T = TypeVar("T")
 
 
 class CommandChannel:
@@ -182,38 +185,36 @@ class ThreadBridge:
         copying = asyncio.run_coroutine_threadsafe(
             relay_volume(route, lambda done: received.__setitem__(0, done)), self._loop
         )
-        deadline = time.monotonic() + timeout_s
-        reported = -1
-        while True:
-            try:
-                return copying.result(PROGRESS_POLL_S)
-            except TimeoutError:
-                if time.monotonic() > deadline:
-                    copying.cancel()
-                    raise RuntimeUnavailable(
-                        f"copying volume {volumes[0]} from {self._channel.host_name} ran past "
-                        f"{timeout_s:g} s; the next try resumes it"
-                    ) from None
-            finally:
-                if received[0] != reported:
-                    reported = received[0]
-                    on_progress(reported)
+        late = (
+            f"copying volume {volumes[0]} from {self._channel.host_name} ran past "
+            f"{timeout_s:g} s; the next try resumes it"
+        )
+        return _reporting(copying, received, on_progress, timeout_s, late)
 
     def send_image(
-        self, target: CallTransport, ref: str, scope: InstanceScope | None, timeout_s: float
+        self,
+        target: CallTransport,
+        move: ImageMove,
+        on_progress: Callable[[int], None],
+        timeout_s: float,
     ) -> int:
-        """`docker save` of `ref` here into `docker load` on `target`'s host; the bytes moved."""
+        """`docker save` of `move.ref` here into `docker load` on `target`'s host
+        (`agentgw.image_copy`); the bytes moved, reported from the calling thread."""
         self._refuse_on_the_loop()
         if not isinstance(target, ThreadBridge):
             raise RuntimeFailure("an image goes over links only to another agent host")
+        moved = [0]
         moving = asyncio.run_coroutine_threadsafe(
-            relay_image(self._execs.connection, target._execs.connection, ref, scope), self._loop
+            relay_image(
+                self._execs.connection,
+                target._execs.connection,
+                move,
+                lambda done: moved.__setitem__(0, done),
+            ),
+            self._loop,
         )
-        try:
-            return moving.result(timeout_s)
-        except TimeoutError as exc:
-            moving.cancel()
-            raise RuntimeUnavailable(f"moving image {ref} ran past {timeout_s:g} s") from exc
+        late = f"moving image {move.ref} ran past {timeout_s:g} s"
+        return _reporting(moving, moved, on_progress, timeout_s, late)
 
     def _refuse_on_the_loop(self) -> None:
         if _running_loop() is self._loop:
@@ -230,6 +231,30 @@ class ThreadBridge:
                 f"host {self._channel.host_name}: no answer to {request.method} from its agent "
                 f"within {timeout_s:g} s; whether it ran is unknown, and running it again is safe"
             ) from exc
+
+
+def _reporting(
+    running: concurrent.futures.Future[T],
+    done: list[int],
+    on_progress: Callable[[int], None],
+    timeout_s: float,
+    late: str,
+) -> T:
+    """`running`'s result, telling `on_progress` (from this thread) what `done[0]`
+    says every PROGRESS_POLL_S meanwhile; `RuntimeUnavailable(late)` past `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    reported = -1
+    while True:
+        try:
+            return running.result(PROGRESS_POLL_S)
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                running.cancel()
+                raise RuntimeUnavailable(late) from None
+        finally:
+            if done[0] != reported:
+                reported = done[0]
+                on_progress(reported)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -4,11 +4,11 @@ the source's `docker save` stream piped into the destination's `docker load`."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import asyncssh
 
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
-from gpudock.runtime.calls import InstanceScope
 from gpudock.runtime.transfer import LOAD_COMMAND, SAVE_COMMAND, ImageMove
 
 PIPE_CHUNK = 1 << 18
@@ -18,19 +18,22 @@ STALL_S = 60.0  # no byte for this long: the try is given up (the move retries i
 async def relay_image(
     source_conn: asyncssh.SSHClientConnection,
     target_conn: asyncssh.SSHClientConnection,
-    ref: str,
-    scope: InstanceScope | None,
+    move: ImageMove,
+    on_progress: Callable[[int], None],
 ) -> int:
-    """The bytes piped; `RuntimeFailure` with the engine's words if either end failed."""
-    move = ImageMove(ref=ref, scope=scope).model_dump_json()
+    """The bytes piped (`on_progress` told as they go); `RuntimeFailure` with the
+    engine's words if either end failed."""
+    ref = move.ref
+    command = move.model_dump_json()
     try:
-        loader = await target_conn.create_process(LOAD_COMMAND + move, encoding=None)
-        saver = await source_conn.create_process(SAVE_COMMAND + move, encoding=None)
+        loader = await target_conn.create_process(LOAD_COMMAND + command, encoding=None)
+        saver = await source_conn.create_process(SAVE_COMMAND + command, encoding=None)
         moved = 0
         while data := await asyncio.wait_for(saver.stdout.read(PIPE_CHUNK), STALL_S):
             loader.stdin.write(data)
             await asyncio.wait_for(loader.stdin.drain(), STALL_S)
             moved += len(data)
+            on_progress(moved)
         await asyncio.wait_for(saver.wait_closed(), STALL_S)
         if saver.exit_status != 0:
             loader.close()

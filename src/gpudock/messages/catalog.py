@@ -53,6 +53,10 @@ ZH_CN_MESSAGES: dict[str, str] = {
     "moving: {reason}": "迁移中：{reason}",
     "moving data to {host}: {done} of {total}": "正在把数据迁移到 {host}：{done} / {total}",
     "moving data to {host}: {done} so far": "正在把数据迁移到 {host}：已迁移 {done}",
+    "moving the system disk to {host}: {done} so far": "正在把系统盘迁移到 {host}：已迁移 {done}",
+    "the system disk moved to {host}: {size} sent; {layers} base layer(s) were there": (
+        "系统盘已迁移到 {host}：发送了 {size}；其基础镜像的 {layers} 层那里已有"
+    ),
     "the data copy to {host} resumed where it stopped: {sent} of {total} sent again": (
         "迁移到 {host} 的数据从中断处继续：{total} 中重新发送了 {sent}"
     ),

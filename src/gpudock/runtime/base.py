@@ -31,6 +31,7 @@ LABEL_GPUS = "gpudock.gpus"
 LABEL_OWNER = "gpudock.user"
 LABEL_BUILD = "gpudock.build"  # a build step's container (see runtime.build)
 LABEL_CHECK = "gpudock.check"  # a `run_once` container; the value: its time limit in seconds
+LABEL_COMMIT_OF = "gpudock.commit-of"  # a committed writable layer: `<container id>@<its stop>`
 
 # The sandbox every runtime gives an instance. Capabilities: enough to install
 # packages and run services as other users inside the instance; everything that
@@ -160,6 +161,7 @@ class ImageInfo:
     labels: dict[str, str] = field(default_factory=dict)
     size_bytes: int = 0
     config: dict[str, Any] = field(default_factory=dict)  # the engine's image Config
+    layers: tuple[str, ...] = ()  # its layers' diff IDs, bottom first
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from gpudock.runtime.base import (
 )
 from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest, InstanceScope
 from gpudock.runtime.link_ports import PortRequest
-from gpudock.runtime.transfer import VolumeCopied
+from gpudock.runtime.transfer import ImageMove, VolumeCopied
 
 LOST_EXIT_CODE = 255  # an exec whose link went before it said how it ended
 
@@ -81,9 +81,14 @@ class CallTransport(Protocol):
         ...
 
     def send_image(
-        self, target: CallTransport, ref: str, scope: InstanceScope | None, timeout_s: float
+        self,
+        target: CallTransport,
+        move: ImageMove,
+        on_progress: Callable[[int], None],
+        timeout_s: float,
     ) -> int:
-        """`docker save` of `ref` on this host into `docker load` on `target`'s."""
+        """`docker save` of `move.ref` on this host (less `move.omit_layers`) into
+        `docker load` on `target`'s; `on_progress(bytes moved)` from the calling thread."""
         ...
 
 
@@ -236,10 +241,19 @@ class LinkRuntime:
             self._copy_timeout_s,
         )
 
-    def copy_image_to(self, target: LinkRuntime, ref: str) -> int:
-        """Image `ref` of this host onto `target`'s host, over both links; the bytes moved."""
+    def copy_image_to(
+        self,
+        target: LinkRuntime,
+        ref: str,
+        omit_layers: list[str] | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Image `ref` of this host onto `target`'s host, over both links, without the
+        files of `omit_layers` (diff IDs `target` holds: `transfer.common_bottom`);
+        the bytes moved."""
+        move = ImageMove(ref=ref, scope=self._scope, omit_layers=omit_layers or [])
         return self._transport().send_image(
-            target._transport(), ref, self._scope, self._copy_timeout_s
+            target._transport(), move, on_progress or (lambda _: None), self._copy_timeout_s
         )
 
     # -- containers ---------------------------------------------------------------

@@ -35,7 +35,7 @@ import hashlib
 import struct
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gpudock.runtime.calls import InstanceScope
 
@@ -88,6 +88,22 @@ def stream_digest(data: bytes) -> bytes:
 class ImageMove(BaseModel):
     ref: str
     scope: InstanceScope | None = None
+    omit_layers: list[str] = Field(
+        default_factory=list,
+        description="Diff IDs whose layer files the archive leaves out: the destination "
+        "holds them, at the bottom of its own stack in the same order (`common_bottom`)",
+    )
+
+
+def common_bottom(layers: tuple[str, ...], held: tuple[str, ...]) -> list[str]:
+    """The diff IDs at the bottom of `layers` that `held` has in the same order:
+    the layers an engine holding `held` takes from its own store on a load."""
+    common: list[str] = []
+    for mine, theirs in zip(layers, held, strict=False):
+        if mine != theirs:
+            break
+        common.append(mine)
+    return common
 
 
 class VolumeSend(BaseModel):

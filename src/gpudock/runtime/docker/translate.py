@@ -138,6 +138,7 @@ def image_info_of(attrs: dict[str, Any]) -> ImageInfo:
         labels=dict(config.get("Labels") or {}),
         size_bytes=int(attrs.get("Size") or 0),
         config=dict(config),
+        layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
     )
 
 

@@ -24,11 +24,18 @@ from gpudock.db.models import (
     InstanceStatus,
     MigrationModel,
 )
-from gpudock.errors import RuntimeFailure
+from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.messages import Message
-from gpudock.runtime.base import LABEL_CLUSTER, LABEL_HOST, LABEL_INSTANCE, LABEL_OWNER
+from gpudock.runtime.base import (
+    LABEL_CLUSTER,
+    LABEL_COMMIT_OF,
+    LABEL_HOST,
+    LABEL_INSTANCE,
+    LABEL_OWNER,
+    ContainerState,
+)
 from gpudock.runtime.link import LinkRuntime
-from gpudock.runtime.transfer import VolumeCopied
+from gpudock.runtime.transfer import VolumeCopied, common_bottom
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import move_log as migration_log
 from gpudock.services.fleet.inventory import allocated_gpu_ids
@@ -157,12 +164,16 @@ def carry_writable_layer_across(
     if not isinstance(source, LinkRuntime) or not isinstance(destination, LinkRuntime):
         return instance  # one engine: the run step commits and replaces in place
     old = source.inspect_container(containers.container_name(ctx.cluster_id, instance.id))
-    if old is not None:
+    if old is not None and not _committed_already(source, instance, old):
         ref = source.commit_container(
             old.id,
             containers.system_image_repository(ctx.cluster_id, instance.id),
             f"t{int(ctx.clock().timestamp())}",
-            {LABEL_OWNER: instance.user_id, LABEL_CLUSTER: ctx.cluster_id},
+            {
+                LABEL_OWNER: instance.user_id,
+                LABEL_CLUSTER: ctx.cluster_id,
+                LABEL_COMMIT_OF: _stopped_run(old),
+            },
         )
 
         def mutate(session: Session, row: InstanceModel) -> InstanceModel:
@@ -171,11 +182,68 @@ def carry_writable_layer_across(
 
         instance = with_lease(ctx, instance.id, token, mutate)
     if not destination.image_present(instance.system_image):
-        moved = source.copy_image_to(destination, instance.system_image)
-        log.info(
-            "instance %s: image %s moved (%d bytes)", instance.id, instance.system_image, moved
-        )
+        _move_image(ctx, instance, (source, destination), host, token)
     return instance
+
+
+def _stopped_run(container: ContainerState) -> str:
+    """The container as it stopped: its writable layer has not changed since."""
+    stopped = container.finished_at.isoformat() if container.finished_at else "running"
+    return f"{container.id}@{stopped}"
+
+
+def _committed_already(
+    source: LinkRuntime, instance: InstanceModel, container: ContainerState
+) -> bool:
+    """The instance's system image is the commit of `container` as it stopped (a
+    retried move): committing again would only make another copy to move."""
+    if container.running or instance.system_image == instance.image:
+        return False
+    image = source.image_info(instance.system_image)
+    return image is not None and image.labels.get(LABEL_COMMIT_OF) == _stopped_run(container)
+
+
+def _move_image(
+    ctx: ServiceContext,
+    instance: InstanceModel,
+    ends: tuple[LinkRuntime, LinkRuntime],
+    host: HostModel,
+    token: str,
+) -> None:
+    """The committed system image to `host`, without the layers of its base image
+    that `host` holds already (`agent.image_delta`: usually all but the commit's
+    own); the whole image if the engine there cannot load the shorter archive."""
+    source, destination = ends
+    mine, held = source.image_info(instance.system_image), destination.image_info(instance.image)
+    omit = common_bottom(mine.layers, held.layers) if mine and held else []
+    reported = [0]
+
+    def progress(done: int) -> None:
+        if done - reported[0] < max(UNSIZED_STEP_BYTES, reported[0] // 10):
+            return
+        reported[0] = done
+        said = Message(
+            "moving the system disk to {host}: {done} so far", host=host.name, done=_size(done)
+        )
+        with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, said, ctx.clock()))
+
+    try:
+        moved = source.copy_image_to(destination, instance.system_image, omit, progress)
+    except RuntimeUnavailable:
+        raise  # a link failed: the step is tried again
+    except RuntimeFailure as exc:
+        if not omit:
+            raise
+        log.warning("instance %s: the image without its base layers failed (%s)", instance.id, exc)
+        omit = []
+        moved = source.copy_image_to(destination, instance.system_image, None, progress)
+    said = Message(
+        "the system disk moved to {host}: {size} sent; {layers} base layer(s) were there",
+        host=host.name,
+        size=_size(moved),
+        layers=len(omit),
+    )
+    with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, said, ctx.clock()))
 
 
 def leave_other_engine(ctx: ServiceContext, instance: InstanceModel, came_from: str | None) -> None:
