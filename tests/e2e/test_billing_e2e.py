@@ -104,16 +104,21 @@ def test_the_charge_is_docker_seconds_times_the_rate(
 ) -> None:
     server = shared_server
     user = _tenant(server, "erin", "100")
+    asked = time.monotonic()
     created = user.post("/instances", json={"gpu_model": "A100-80GB", "gpu_count": 2}).json()
     wait_for(user, created["id"], "running")
-    began = time.monotonic()
+    seen_running = time.monotonic()
     time.sleep(3)  # the measured run: about three seconds of two GPUs
+    stopping = time.monotonic()
     user.post(f"/instances/{created['id']}/stop")
     wait_for(user, created["id"], "stopped")
-    measured = time.monotonic() - began
+    seen_stopped = time.monotonic()
     _, _, cluster = server.database()
     seconds = docker_seconds(engine, cluster, created["id"])
-    assert abs(seconds - measured) <= 1
+    # The container ran at least while the client saw it running and at most from
+    # the create to the stop seen (polling on a loaded machine widens the outer
+    # bound only); a second either way for Docker's whole seconds.
+    assert stopping - seen_running - 1 <= seconds <= seen_stopped - asked + 1
     usage = usage_of(user, created["id"])
     assert (usage["seconds"], usage["gpu_seconds"]) == (seconds, 2 * seconds)
     assert usage["amount"] == format_amount(seconds * 2 * RATE_PER_GPU_S)
