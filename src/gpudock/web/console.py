@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -13,6 +14,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute
 
 from gpudock.billing.money import format_amount, format_cents
 from gpudock.messages import Message
@@ -104,18 +106,13 @@ def _mount_terminals(app: FastAPI) -> None:
     app.include_router(terminal.router)
 
 
-def mount_console(app: FastAPI) -> None:
-    """After the API's error handlers: the console wraps the one for HTTP errors."""
-    TEMPLATES.env.filters["when"] = _when
-    TEMPLATES.env.filters["mib"] = _mib
-    TEMPLATES.env.filters["duration"] = _duration
-    TEMPLATES.env.filters["size"] = format_size
-    TEMPLATES.env.filters["cash"] = _cash
-    app.state.cpu_meter = CpuMeter()
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
-    api_handler = app.exception_handlers[StarletteHTTPException]
-    app.add_exception_handler(StarletteHTTPException, console_http_errors(api_handler))
+@functools.cache
+def _page_routes() -> tuple[BaseRoute, ...]:
+    """The console's pages, built once per process and shared by its apps, as the
+    API's routes are (`api.app._api_routes`): a page finds its context in
+    `request.app.state`."""
+    staging = FastAPI()
+    defaults = len(staging.router.routes)
     for router in (
         auth.router,
         notifications.router,  # before instances: its POST /instances/{id}/{action} is a catch-all
@@ -130,5 +127,21 @@ def mount_console(app: FastAPI) -> None:
         metrics.router,
         services.router,
     ):
-        app.include_router(router)
+        staging.include_router(router)
+    return tuple(staging.router.routes[defaults:])
+
+
+def mount_console(app: FastAPI) -> None:
+    """After the API's error handlers: the console wraps the one for HTTP errors."""
+    TEMPLATES.env.filters["when"] = _when
+    TEMPLATES.env.filters["mib"] = _mib
+    TEMPLATES.env.filters["duration"] = _duration
+    TEMPLATES.env.filters["size"] = format_size
+    TEMPLATES.env.filters["cash"] = _cash
+    app.state.cpu_meter = CpuMeter()
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_api_route("/favicon.ico", _favicon, include_in_schema=False)
+    api_handler = app.exception_handlers[StarletteHTTPException]
+    app.add_exception_handler(StarletteHTTPException, console_http_errors(api_handler))
+    app.router.routes.extend(_page_routes())
     _mount_terminals(app)
