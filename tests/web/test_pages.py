@@ -168,3 +168,24 @@ def test_an_unnamed_instance_is_titled_by_its_id_once(console: Platform) -> None
     named = create(alice, name="named")
     heading = re.search(r"<h1>(.*?)</h1>", alice.client.get(f"/instances/{named}").text)
     assert heading is not None and "named" in heading.group(1) and named in heading.group(1)
+
+
+def test_on_kubernetes_the_console_says_a_stop_deletes_the_system_disk(console: Platform) -> None:
+    """Not in small print: the stop's question and a warning on the instance's page
+    and the create form (a stop on Kubernetes deletes the pod, and its files)."""
+    alice = log_in(console, "alice")
+    instance_id = create(alice, name="train")
+    console.reconciler.drain()
+    warning = "stopping an instance deletes its system disk"
+    question = "but not its system disk"
+    docker_page = alice.client.get(f"/instances/{instance_id}/live").text
+    assert warning not in docker_page and question not in docker_page
+    assert "its disk is kept" in docker_page
+    assert warning not in alice.client.get("/instances/new").text
+    console.ctx.settings = console.ctx.settings.model_copy(update={"runtime": "kubernetes"})
+    page = alice.client.get(f"/instances/{instance_id}/live").text
+    assert warning in page and question in page and "its disk is kept" not in page
+    assert warning in alice.client.get("/instances/new").text
+    alice.client.get("/lang/zh-CN")
+    chinese = alice.client.get(f"/instances/{instance_id}/live").text
+    assert "删除实例的系统盘" in chinese and warning not in chinese

@@ -144,11 +144,19 @@ def render(
         "csrf_token": viewer.csrf_token if viewer else values.pop("csrf_token", ""),
         "nav_extra": nav_entries(viewer.user.is_admin) if viewer else [],
         "path": request.url.path,
+        "system_disk_kept": _system_disk_kept(request),
         **values,
     }
     response = TEMPLATES.TemplateResponse(request, template, context, status_code=status_code)
     response.headers.update(SECURITY_HEADERS)
     return response
+
+
+def _system_disk_kept(request: Request) -> bool:
+    """Whether a stop keeps an instance's system disk (its files outside /root/data):
+    on Kubernetes a stopped instance's pod is deleted, and its files with it."""
+    context: ServiceContext | None = getattr(request.app.state, "context", None)
+    return context is None or context.settings.runtime != "kubernetes"
 
 
 def form_error(error: GpudockError | None) -> dict[str, str | None]:

@@ -100,6 +100,21 @@ ZH_CN: dict[str, str] = {
     "Stop this instance? Its GPUs are released; its disk is kept.": (
         "确定关机吗？GPU 将被释放，磁盘数据保留。"
     ),
+    (
+        "Stop this instance? Its GPUs are released and /root/data is kept, but not its "
+        "system disk: on Kubernetes a stopped instance's container is deleted with every "
+        "file outside /root/data."
+    ): (
+        "确定关机吗？GPU 将被释放，/root/data 保留，但系统盘不保留："
+        "在 Kubernetes 上，关机会删除容器及 /root/data 以外的所有文件。"
+    ),
+    (
+        "On this cluster (Kubernetes) stopping an instance deletes its system disk: every "
+        "file outside /root/data. Keep what you need in /root/data."
+    ): (
+        "本集群（Kubernetes）上关机会删除实例的系统盘，即 /root/data 以外的所有文件。"
+        "需要保留的内容请放在 /root/data。"
+    ),
     "Restart this instance?": "确定重启该实例吗？",
     "Delete this instance and its data? This cannot be undone.": (
         "确定删除该实例及其数据吗？此操作不可撤销。"
