@@ -39,6 +39,11 @@ class Settings(BaseSettings):
         description="Log a line per HTTP request (uvicorn's access log); off by default, "
         "it costs a few per cent of the server's CPU under load.",
     )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="warning",
+        description="The server's own log (stderr): 'info' adds what the reconciler does "
+        "step by step (placements, moves and how much each copy sent, resumes).",
+    )
     token_cache_s: float = Field(
         default=5.0,
         ge=0,

@@ -5,6 +5,7 @@ It is the composition root's caller, so it alone imports the API app and the pla
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -76,6 +77,8 @@ def _run(settings: Settings) -> None:
     import uvicorn
 
     from gpudock.api.staged import StagedApp
+
+    _log_to_stderr(settings.log_level)
     from gpudock.platform import default_gpu_source, open_database
 
     try:
@@ -124,6 +127,17 @@ def _run(settings: Settings) -> None:
             "(uvicorn's error is above; is the port taken?)",
             exit_code=EXIT_ERROR,
         )
+
+
+def _log_to_stderr(level: str) -> None:
+    """gpudock's own loggers at `level`; at the default (warning) a line is just its
+    message, as before, and below it each line says when and where it came from."""
+    handler = logging.StreamHandler()
+    if level != "warning":
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger("gpudock")
+    root.addHandler(handler)
+    root.setLevel(level.upper())
 
 
 def _cannot_start(exc: Exception) -> CliError:
