@@ -1,11 +1,9 @@
 """A committed system disk from one agent host to another: the whole image vs
 only the layers the destination lacks (`agent/image_delta.py`).
 
-Two agents (hosts box-a and box-b) linked to one server's gateway in this
-process, over real TCP on 127.0.0.1, both on this machine's Docker Engine
-(`tests.support.agents.LinkRig`). The image: the base image plus a commit of a
-container that wrote MIB of random data, as a move commits a tenant's
-writable layer.
+Two agent hosts in this process on this machine's engine (`bench.agent_pair`).
+The image: the base image plus a commit of a container that wrote MIB of random
+data, as a move commits a tenant's writable layer.
 
 - whole: `LinkRuntime.copy_image_to` box-a → box-b with nothing left out (what
   every move sent before);
@@ -26,33 +24,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import docker
-from tests.support.agents import LinkRig, join_parts
-from tests.support.sshgw import wait_for
 
+from bench.agent_pair import agent_pair
 from gpudock.images.base_image import BASE_IMAGE
-from gpudock.platform import open_platform
-from gpudock.runtime.docker import DockerRuntime
-from gpudock.runtime.fake import FakeRuntime
 from gpudock.runtime.link import LinkRuntime
 from gpudock.runtime.transfer import common_bottom
-from gpudock.services.agents import hosts
-from gpudock.settings import Settings
 
 REPOSITORY = "gpudock-bench/image-move"
-
-
-def _runtime(rig: LinkRig, name: str) -> LinkRuntime:
-    ctx = rig.platform.ctx
-    assert ctx.hosts is not None
-    wait_for(lambda: ctx.hosts is not None and ctx.hosts.linked(hosts.get_host(ctx, name).id), name)
-    found = ctx.hosts.for_host(hosts.get_host(ctx, name).id)
-    assert isinstance(found, LinkRuntime)
-    return found
 
 
 def _committed(client: docker.DockerClient, mib: int) -> str:
@@ -81,23 +62,8 @@ def main() -> None:
     args = parser.parse_args()
     client = docker.from_env()
     ref = _committed(client, args.mib)
-    with tempfile.TemporaryDirectory(prefix="gpudock-bench-") as workdir:
-        settings = Settings(
-            data_dir=Path(workdir) / "data",
-            runtime="fake",
-            simulate="1x1xA100-80GB",
-            image_pull="never",
-            agent_link_port=0,
-            agent_link_host="127.0.0.1",
-        )
-        rig = LinkRig(open_platform(settings, runtime=FakeRuntime()), Path(workdir))
-        engine = DockerRuntime(host_firewall=False)
-        rig.start()
-        try:
-            for agent, host in (("a", "box-a"), ("b", "box-b")):
-                url, token = join_parts(hosts.add_host(rig.platform.ctx, host).join_command)
-                rig.join(agent, url, token, runtime=engine)
-            a, b = _runtime(rig, "box-a"), _runtime(rig, "box-b")
+    try:
+        with agent_pair() as (engine, a, b):
             mine, base = engine.image_info(ref), engine.image_info(BASE_IMAGE)
             assert mine is not None and base is not None
             omit = common_bottom(mine.layers, base.layers)
@@ -112,10 +78,8 @@ def main() -> None:
             whole, delta = statistics.median(times["whole"]), statistics.median(times["delta"])
             ratio = delta / whole
             print(f"median whole {whole:.2f} s, delta {delta:.2f} s: delta / whole {ratio:.2f}")
-        finally:
-            rig.stop()
-            rig.platform.close()
-            client.images.remove(ref, force=True)
+    finally:
+        client.images.remove(ref, force=True)
 
 
 if __name__ == "__main__":

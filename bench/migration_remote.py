@@ -1,8 +1,7 @@
 """A data volume from one agent host to another vs a plain stream of the same bytes.
 
-Two agents (hosts box-a and box-b) linked to one server's gateway in this
-process, over real TCP on 127.0.0.1, both on this machine's Docker Engine
-(`tests.support.agents.LinkRig`). Box-a's volume holds MIB of random data.
+Two agent hosts in this process on this machine's engine (`bench.agent_pair`).
+Box-a's volume holds MIB of random data.
 
 - moved: `LinkRuntime.copy_volume_to` box-a → box-b (sparse tar, framed and
   hashed, spooled, checked, unpacked: `runtime.transfer`), timed from the call
@@ -23,39 +22,17 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import tempfile
 import time
-from pathlib import Path
 
 import docker
-from tests.support.agents import LinkRig, join_parts
 from tests.support.sshgw import wait_for
 
-from gpudock.platform import open_platform
-from gpudock.runtime.docker import DockerRuntime
-from gpudock.runtime.fake import FakeRuntime
+from bench.agent_pair import agent_pair
 from gpudock.runtime.link import LinkRuntime
 from gpudock.runtime.transfer import VolumeCopied
-from gpudock.services.agents import hosts
-from gpudock.settings import Settings
 
 IMAGE = "gpudock/base:bookworm"
 PIPE = 1 << 18
-
-
-def _runtime(rig: LinkRig, name: str) -> LinkRuntime:
-    ctx = rig.platform.ctx
-    assert ctx.hosts is not None
-    found = ctx.hosts.for_host(hosts.get_host(ctx, name).id)
-    assert isinstance(found, LinkRuntime)
-    return found
-
-
-def _wait_linked(rig: LinkRig, name: str) -> None:
-    ctx = rig.platform.ctx
-    assert ctx.hosts is not None
-    linked = ctx.hosts.linked
-    wait_for(lambda: linked(hosts.get_host(ctx, name).id), f"{name} linked")
 
 
 def _plain(a: LinkRuntime, b: LinkRuntime, sender: str, receiver: str) -> float:
@@ -91,24 +68,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     client = docker.from_env()
-    with tempfile.TemporaryDirectory(prefix="gpudock-bench-") as workdir:
-        settings = Settings(
-            data_dir=Path(workdir) / "data",
-            runtime="fake",
-            simulate="1x1xA100-80GB",
-            image_pull="never",
-            agent_link_port=0,
-            agent_link_host="127.0.0.1",
-        )
-        rig = LinkRig(open_platform(settings, runtime=FakeRuntime()), Path(workdir))
-        engine = DockerRuntime(host_firewall=False)
-        rig.start()
+    with agent_pair() as (engine, a, b):
         helpers = []
         try:
-            for agent, host in (("a", "box-a"), ("b", "box-b")):
-                url, token = join_parts(hosts.add_host(rig.platform.ctx, host).join_command)
-                rig.join(agent, url, token, runtime=engine)
-                _wait_linked(rig, host)
             source, target = "gpudock-bench-from", "gpudock-bench-to"
             for volume in (source, target):
                 engine.ensure_volume(volume, {"gpudock.bench": "migration-remote"})
@@ -121,7 +83,6 @@ def main() -> None:
                         IMAGE, ["sleep", "infinity"], detach=True, volumes={volume: {"bind": "/v"}}
                     )
                 )
-            a, b = _runtime(rig, "box-a"), _runtime(rig, "box-b")
             print(f"load average {os.getloadavg()}; {args.mib} MiB")
             for round_ in range(args.rounds):
                 if round_ % 2 == 0:
@@ -136,10 +97,8 @@ def main() -> None:
         finally:
             for helper in helpers:
                 helper.remove(force=True)
-            rig.stop()
             for volume in ("gpudock-bench-from", "gpudock-bench-to"):
                 engine.remove_volume(volume)
-            rig.platform.close()
 
 
 if __name__ == "__main__":

@@ -34,8 +34,9 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from gpudock.db.models import BillingIntervalModel, GpuDeviceModel
+from gpudock.db.models import GpuDeviceModel
 from tests.support.agent_cluster import Cluster, fake_gpus, linked_server
+from tests.support.billing import compute_intervals
 from tests.support.fleet_netns import leftovers, netns_fleet
 from tests.support.server_process import free_port
 from tests.support.sshgw import wait_for
@@ -119,14 +120,7 @@ def _intervals(cluster: Cluster, instance_id: str) -> list[Interval]:
     engine, sessions, _cluster_id = cluster.server.database()
     try:
         with sessions() as session:
-            rows = session.scalars(
-                select(BillingIntervalModel)
-                .where(
-                    BillingIntervalModel.instance_id == instance_id,
-                    BillingIntervalModel.kind == "compute",
-                )
-                .order_by(BillingIntervalModel.opened_at)
-            ).all()
+            rows = compute_intervals(session, instance_id)
             return [(r.opened_at, r.closed_at, r.charged_seconds) for r in rows]
     finally:
         engine.dispose()

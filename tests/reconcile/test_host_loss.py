@@ -13,7 +13,6 @@ import pytest
 from sqlalchemy import select
 
 from gpudock.db.models import (
-    BillingIntervalModel,
     GpuDeviceModel,
     GpuState,
     HostLossPolicy,
@@ -29,6 +28,7 @@ from gpudock.services.instances import actions
 from gpudock.services.instances.actions import InstanceRequest
 from gpudock.settings import Settings
 from tests.support.billing import FLEET, new_user, price, topup
+from tests.support.billing import compute_intervals as billing_intervals
 from tests.support.clocks import T0, FakeClock
 
 LOST_AFTER_S = 60
@@ -92,14 +92,7 @@ def gpu_state(platform: Platform, uuid: str) -> GpuState:
 def compute_intervals(platform: Platform, instance_id: str) -> list[tuple[int, int | None, int]]:
     """(opened, closed, charged seconds) of each compute interval, in seconds since T0."""
     with platform.ctx.reader() as session:
-        rows = session.scalars(
-            select(BillingIntervalModel)
-            .where(
-                BillingIntervalModel.instance_id == instance_id,
-                BillingIntervalModel.kind == "compute",
-            )
-            .order_by(BillingIntervalModel.opened_at)
-        ).all()
+        rows = billing_intervals(session, instance_id)
     return [
         (
             int((r.opened_at - T0).total_seconds()),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpudock.billing.money import parse_amount
-from gpudock.db.models import UserModel
+from gpudock.db.models import BillingIntervalModel, UserModel
 from gpudock.platform import Platform
 from gpudock.services.accounts import users
 from gpudock.services.billing import balances as billing
@@ -32,3 +35,15 @@ def price(platform: Platform, model: str | None, amount: str, kind: str = "gpu")
 
 def topup(platform: Platform, user: UserModel, amount: str, key: str | None = None) -> None:
     billing.topup(platform.ctx, admin_of(platform), user.name, parse_amount(amount), key)
+
+
+def compute_intervals(session: Session, instance_id: str) -> Sequence[BillingIntervalModel]:
+    """The instance's compute billing intervals, oldest first."""
+    return session.scalars(
+        select(BillingIntervalModel)
+        .where(
+            BillingIntervalModel.instance_id == instance_id,
+            BillingIntervalModel.kind == "compute",
+        )
+        .order_by(BillingIntervalModel.opened_at)
+    ).all()

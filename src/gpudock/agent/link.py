@@ -220,12 +220,11 @@ class Agent:
         if (process.command or "").startswith(PORT_COMMAND):
             await ports.serve_port(self.inventory.runtime, process, self._admit)
             return
+        spool = self.state_dir / "transfers"  # what a copy holds on this host's disk
         if image_copy.handles(process.command or ""):
-            spool = self.state_dir / "transfers"
             await image_copy.serve(self.inventory.runtime, process, self._admit, spool)
             return
         if volume_copy.handles(process.command or ""):
-            spool = self.state_dir / "transfers"
             await volume_copy.serve(self.inventory.runtime, process, self._admit, spool)
             return
         process.exit(1)

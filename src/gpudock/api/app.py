@@ -141,12 +141,11 @@ def _api_routes() -> tuple[BaseRoute, ...]:
     (~0.35 s for gpudock's, most of an app's making), and nothing in a route is the
     app's own: a request finds its context in `request.app.state`. So every app of
     the process (the test suite makes hundreds) shares them. (Their dependency
-    overrides would be the staging app's: gpudock sets none.)"""
-    staging = FastAPI()
-    defaults = len(staging.router.routes)  # its own OpenAPI and docs pages
+    overrides would be none: gpudock sets none.)"""
     api = APIRouter(prefix=API_PREFIX, responses=ERROR_RESPONSES)
     for router in _routers():
         api.include_router(router)
-    staging.include_router(api)
-    staging.include_router(metrics.prometheus_router)
-    return tuple(staging.router.routes[defaults:])
+    staged = APIRouter()  # what FastAPI.include_router includes into
+    staged.include_router(api)
+    staged.include_router(metrics.prometheus_router)
+    return tuple(staged.routes)

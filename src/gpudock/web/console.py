@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from markupsafe import Markup
@@ -111,8 +111,7 @@ def _page_routes() -> tuple[BaseRoute, ...]:
     """The console's pages, built once per process and shared by its apps, as the
     API's routes are (`api.app._api_routes`): a page finds its context in
     `request.app.state`."""
-    staging = FastAPI()
-    defaults = len(staging.router.routes)
+    staged = APIRouter()  # what FastAPI.include_router includes into
     for router in (
         auth.router,
         notifications.router,  # before instances: its POST /instances/{id}/{action} is a catch-all
@@ -127,8 +126,8 @@ def _page_routes() -> tuple[BaseRoute, ...]:
         metrics.router,
         services.router,
     ):
-        staging.include_router(router)
-    return tuple(staging.router.routes[defaults:])
+        staged.include_router(router)
+    return tuple(staged.routes)
 
 
 def mount_console(app: FastAPI) -> None:

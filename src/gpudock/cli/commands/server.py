@@ -77,9 +77,9 @@ def _run(settings: Settings) -> None:
     import uvicorn
 
     from gpudock.api.staged import StagedApp
+    from gpudock.platform import default_gpu_source, open_database
 
     _log_to_stderr(settings.log_level)
-    from gpudock.platform import default_gpu_source, open_database
 
     try:
         engine = open_database(settings)

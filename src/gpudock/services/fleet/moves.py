@@ -219,13 +219,12 @@ def _move_image(
     reported = [0]
 
     def progress(done: int) -> None:
-        if done - reported[0] < max(UNSIZED_STEP_BYTES, reported[0] // 10):
-            return
-        reported[0] = done
-        said = Message(
-            "moving the system disk to {host}: {done} so far", host=host.name, done=_size(done)
-        )
-        with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, said, ctx.clock()))
+        if _unsized_due(done, reported[0]):
+            reported[0] = done
+            said = Message(
+                "moving the system disk to {host}: {done} so far", host=host.name, done=_size(done)
+            )
+            _tell(ctx, instance, token, said)
 
     try:
         moved = source.copy_image_to(destination, instance.system_image, omit, progress)
@@ -243,7 +242,7 @@ def _move_image(
         size=_size(moved),
         layers=len(omit),
     )
-    with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, said, ctx.clock()))
+    _tell(ctx, instance, token, said)
 
 
 def leave_other_engine(ctx: ServiceContext, instance: InstanceModel, came_from: str | None) -> None:
@@ -278,30 +277,30 @@ def _copy_data(
     ctx: ServiceContext, instance: InstanceModel, target: str, host: HostModel, token: str
 ) -> None:
     assert instance.data_volume is not None
-    reported = [-1.0, 0]  # the fraction, and the bytes, last reported
+    last_fraction, last_bytes = [-1.0], [0]  # what was last reported
 
     def progress(done: int, total: int | None) -> None:
         if done > 0 and (total is None or done < total):
             ctx.crash_point("mid_data_copy")
         if total is None:  # a plain volume on an agent host: its size is not known ahead
-            if done - reported[1] < max(UNSIZED_STEP_BYTES, reported[1] // 10):
+            if not _unsized_due(done, last_bytes[0]):
                 return
             message = Message(
                 "moving data to {host}: {done} so far", host=host.name, done=_size(done)
             )
         else:
             fraction = done / total if total else 1.0
-            if fraction - reported[0] < PROGRESS_STEP and fraction < 1.0:
+            if fraction - last_fraction[0] < PROGRESS_STEP and fraction < 1.0:
                 return
-            reported[0] = fraction
+            last_fraction[0] = fraction
             message = Message(
                 "moving data to {host}: {done} of {total}",
                 host=host.name,
                 done=_size(done),
                 total=_size(total),
             )
-        reported[1] = done
-        with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, message, ctx.clock()))
+        last_bytes[0] = done
+        _tell(ctx, instance, token, message)
 
     log.info("instance %s: moving data %s → %s", instance.id, instance.data_volume, target)
     if ctx.runtime_for(instance.data_host_id) is not ctx.runtime_for(host.id):
@@ -314,7 +313,7 @@ def _copy_data(
                 sent=_size(moved.bytes_sent),
                 total=_size(moved.bytes_total),
             )
-            with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, resumed, ctx.clock()))
+            _tell(ctx, instance, token, resumed)
     else:
         copied = containers.runtime_of(ctx, instance, host.id).copy_volume(
             instance.data_volume,
@@ -367,6 +366,16 @@ def _copy_between_hosts(
         copied.resumed_at,
     )
     return copied
+
+
+def _unsized_due(done: int, reported: int) -> bool:
+    """Whether progress of unknown size is worth a line: 64 MiB or 10 % more."""
+    return done - reported >= max(UNSIZED_STEP_BYTES, reported // 10)
+
+
+def _tell(ctx: ServiceContext, instance: InstanceModel, token: str, message: str) -> None:
+    """A line on the instance's timeline, under its lease."""
+    with_lease(ctx, instance.id, token, lambda s, row: _note(s, row, message, ctx.clock()))
 
 
 def _note(session: Session, instance: InstanceModel, message: str, at: datetime) -> None:
