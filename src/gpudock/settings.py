@@ -206,6 +206,12 @@ class Settings(BaseSettings):
         description="How long later, smaller requests may overtake a waiting one; after "
         "that it holds the host closest to fitting it until it runs.",
     )
+    eviction_avoid_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="An instance whose container the platform ended (a Kubernetes eviction) "
+        "moves to another host; the host that ended it takes it again only after this long.",
+    )
     placement_policy: str = Field(
         default=DEFAULT_POLICY,
         description="How the placement pass chooses hosts and GPUs: one of "

@@ -149,3 +149,20 @@ def test_a_share_asks_hami_only_where_it_is_installed() -> None:
     assert record["data"]["environment"] == (
         'CUDA_DEVICE_MEMORY_LIMIT="20480m"\nCUDA_DEVICE_SM_LIMIT="25"\n'
     )
+
+
+def test_a_pod_the_cluster_ended_is_a_fault_and_one_that_exited_is_not() -> None:
+    evicted = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on memory."}
+    assert manifests.fault_of(evicted) == "Evicted: The node was low on memory."
+    preempted = {
+        "phase": "Failed",
+        "conditions": [
+            {"type": "Ready", "status": "False"},
+            {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"},
+        ],
+    }
+    assert manifests.fault_of(preempted) == "PreemptionByScheduler: PreemptionByScheduler"
+    assert manifests.fault_of({"phase": "Failed", "reason": "OutOfnvidia.com/gpu"})
+    assert manifests.fault_of({"phase": "Failed"}) is None  # its process exited
+    not_now = {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "False"}]}
+    assert manifests.fault_of(not_now) is None

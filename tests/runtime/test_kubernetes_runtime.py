@@ -16,7 +16,14 @@ import docker
 import pytest
 from sqlalchemy import select
 
-from gpudock.db.models import GpuDeviceModel, GpuState, HostModel, InstanceModel, InstanceStatus
+from gpudock.db.models import (
+    GpuDeviceModel,
+    GpuState,
+    HostModel,
+    InstanceModel,
+    InstanceStatus,
+    MigrationModel,
+)
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.platform import Platform, default_runtime, open_platform
 from gpudock.reconcile import gpu_health
@@ -29,6 +36,7 @@ from gpudock.services.instances import actions as instances
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.actions import InstanceRequest
 from gpudock.settings import Settings
+from tests.support.billing import compute_intervals
 from tests.support.kube_fake import TEST_IMAGE, FakeKubeCluster, tag_test_image
 from tests.support.sshgw import wait_for
 
@@ -355,3 +363,44 @@ def test_an_instance_on_a_lost_node_moves_to_another_with_its_data(
     wait_for(on_b, "the instance's pod on gpu-b", DEADLINE_S)
     drain_until(kube, created.id, InstanceStatus.RUNNING)
     assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "travels\n"
+
+
+def test_an_evicted_pod_moves_its_instance_off_that_node_with_its_data(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    ctx = kube.ctx
+    dave = users.create_user(ctx, "dave").user
+    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="evictee", image=TEST_IMAGE)
+    created = instances.create_instance(ctx, dave, request)
+    drain_until(kube, created.id, InstanceStatus.RUNNING)
+    namespace = f"gpudock-{ctx.cluster_id}-u-{dave.id}"
+    name = containers.container_name(ctx.cluster_id, created.id)
+    cluster.exec(namespace, name, ["sh", "-c", "echo survives > /root/data/f"])
+    cluster.evict_pod(namespace, name, "The node was low on resource: memory.")
+
+    def waiting_elsewhere() -> InstanceModel | None:
+        kube.reconciler.drain()
+        with ctx.sessions() as session:
+            row = session.get(InstanceModel, created.id)
+            assert row is not None and row.status != InstanceStatus.FAILED, row
+            return row if "another host than gpu-a" in (row.status_reason or "") else None
+
+    # gpu-a still has a free GPU, but the node that evicted it is avoided for a while.
+    waiting = wait_for(waiting_elsewhere, "the instance to wait for another node", DEADLINE_S)
+    assert waiting.status == InstanceStatus.MIGRATING and not waiting.placed
+    with ctx.sessions() as session:
+        [move] = session.scalars(select(MigrationModel)).all()
+        assert move.trigger == "evicted" and "Evicted" in move.reason
+        assert "low on resource: memory" in move.reason
+        [interval] = compute_intervals(session, created.id)
+        assert interval.closed_at is not None  # billing stopped when the pod ended
+
+    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
+    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
+    moved = drain_until(kube, created.id, InstanceStatus.RUNNING)
+    with ctx.sessions() as session:
+        host = session.get(HostModel, moved.host_id)
+        assert host is not None and host.name == "gpu-b"
+    [pod] = [p for p in cluster.objects("Pod", namespace) if p["metadata"]["name"] == name]
+    assert pod["spec"]["nodeName"] == "gpu-b"
+    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "survives\n"

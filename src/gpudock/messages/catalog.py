@@ -51,6 +51,12 @@ ZH_CN_MESSAGES: dict[str, str] = {
     "container disappeared; recreating": "容器消失；正在重建",
     "container exited; restarting": "容器已退出；正在重启",
     "moving: {reason}": "迁移中：{reason}",
+    "the cluster ended its container ({fault})": "集群终止了它的容器（{fault}）",
+    "moving: waiting for a healthy {what} on another host than {host}, which ended it; "
+    "{host} takes it again after {until}": (
+        "迁移中：等待另一台主机（非 {host}，它终止了该实例）上健康的 {what}；"
+        "{until} 之后 {host} 可再次接收"
+    ),
     "moving data to {host}: {done} of {total}": "正在把数据迁移到 {host}：{done} / {total}",
     "moving data to {host}: {done} so far": "正在把数据迁移到 {host}：已迁移 {done}",
     "moving the system disk to {host}: {done} so far": "正在把系统盘迁移到 {host}：已迁移 {done}",

@@ -18,6 +18,7 @@ from gpudock.errors import GpudockError
 from gpudock.messages import Message
 from gpudock.runtime.base import ContainerState, Runtime
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import moves as migration
 from gpudock.services.instances import auto_stop
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.status import switch_instance_status
@@ -56,8 +57,27 @@ def _check_engine(ctx: ServiceContext, runtime: Runtime, rows: list[InstanceMode
         return
     for instance in rows:
         container = found.get(containers.container_name(ctx.cluster_id, instance.id))
-        if container is None or not container.running:
+        if container is not None and container.fault is not None and not container.running:
+            _move_off(ctx, instance, container)
+        elif container is None or not container.running:
             _recover(ctx, instance, container is None)
+
+
+def _move_off(ctx: ServiceContext, instance: InstanceModel, ended: ContainerState) -> None:
+    """The platform ended it (evicted): it moves, with its data, and avoids that
+    host for `GPUDOCK_EVICTION_AVOID_S`; billing closed when the container ended."""
+    at = _exited_at(ctx, ended)
+    with ctx.sessions.begin() as session:
+        row = session.get(InstanceModel, instance.id, with_for_update=True)
+        if row is None or row.status != S.RUNNING or row.lock_token is not None:
+            return
+        reason = Message(
+            "the cluster ended its container ({fault})", fault=ended.fault or "evicted"
+        )
+        if not migration.request_move(session, row, reason, None, at, trigger=migration.EVICTED):
+            return
+    log.info("instance %s was ended by its host's platform (%s): moving", instance.id, ended.fault)
+    ctx.wake_reconciler()
 
 
 def _recover(ctx: ServiceContext, instance: InstanceModel, vanished: bool) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -37,8 +37,10 @@ from gpudock.scheduler.placement import (
 )
 from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import move_log
 from gpudock.services.fleet.builds import host_builds
 from gpudock.services.fleet.inventory import capacity_snapshot
+from gpudock.services.fleet.moves import EVICTED
 from gpudock.services.fleet.shape import fleet_shape
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import queue
@@ -90,24 +92,29 @@ def place_waiting(ctx: ServiceContext, state: PlacementState | None = None) -> N
     restart keeps it and nothing needs cleaning up. `state` is what the
     reconciler keeps between passes (without one, a fresh policy)."""
     state = state or PlacementState(ctx.settings)
+    now = ctx.clock()
     with ctx.reader() as session:  # no write lock: commits re-check under the row lock
         waiting = queue.waiting_in_order(session)
         if not waiting:
             state.tried.clear()
             return
         state.sync(ctx, session)
+        avoid_since = now - timedelta(seconds=ctx.settings.eviction_avoid_s)
+        evicted = move_log.open_evictions(session, EVICTED, avoid_since)
     placer = state.placer
     # Which hosts can run an image on a model does not change within a pass: asked
     # once per (image, model), not once per waiting instance.
     runnable: dict[tuple[str, str | None], frozenset[str] | None] = {}
     reserved: dict[str, InstanceModel] = {}  # host id → the starving instance holding it
-    now = ctx.clock()
     for instance in waiting:
         request = _request_of(ctx, instance, runnable)
         if request.host_labels:  # the policies see hosts, not labels: those that carry them
             request = _labelled(request, placer.hosts)
         if reserved:
             request = _without(request, placer.hosts, frozenset(reserved))
+        eviction = evicted.get(instance.id) if instance.status == S.MIGRATING else None
+        if eviction is not None:  # not back onto the host that just ended it
+            request = _without(request, placer.hosts, frozenset({eviction.host_id}))
         starving = _waited_s(instance, now) >= ctx.settings.queue_overtake_limit_s
         arrival = state.arrives(instance)
         placement = placer.place(request, arrival=arrival, may_defer=not starving)
@@ -115,7 +122,7 @@ def place_waiting(ctx: ServiceContext, state: PlacementState | None = None) -> N
             host = _nearest_host(placer.hosts, request) if starving else None
             if host is not None:
                 reserved[host] = instance
-            _note_waiting(ctx, instance, host)
+            _note_waiting(ctx, instance, host, eviction)
             continue
         if _commit_placement(ctx, instance, placement):
             placer.placed(placement, request)
@@ -191,27 +198,45 @@ def _nearest_host(snapshot: list[HostCapacity], request: PlacementRequest) -> st
     return max(usable, key=closeness).host_id
 
 
-def waiting_reason(instance: InstanceModel) -> str:
-    models = " or ".join(instance.accepted_models)
-    what: Message
-    if instance.gpu_share_milli is not None:
-        share = f"{instance.gpu_share_milli / 1000:.3f}"
-        what = Message("a {share} share of one {models}", share=share, models=models)
-    elif instance.gpu_count and instance.stay_on_host:
-        template = "{count} × {models} on its own host (started with --stay)"
-        what = Message(template, count=instance.gpu_count, models=models)
-    elif instance.gpu_count:
-        what = Message("{count} × {models}", count=instance.gpu_count, models=models)
-    else:
-        template = "{cpu} CPU and {memory} GB of memory"
-        what = Message(template, cpu=f"{instance.cpu:g}", memory=instance.memory_gb)
+def waiting_reason(
+    instance: InstanceModel, avoiding: move_log.Eviction | None, avoid_s: float
+) -> str:
+    what = _wanted(instance)
+    if instance.status == S.MIGRATING and avoiding is not None:
+        until = avoiding.at + timedelta(seconds=avoid_s)
+        return Message(
+            "moving: waiting for a healthy {what} on another host than {host}, which ended it; "
+            "{host} takes it again after {until}",
+            what=what,
+            host=avoiding.host_name,
+            until=until.strftime("%H:%M:%S UTC"),
+        )
     if instance.status == S.MIGRATING:
         return Message("moving: waiting for a healthy {what}; no capacity free now", what=what)
     return Message("waiting for {what}", what=what)
 
 
-def _note_waiting(ctx: ServiceContext, instance: InstanceModel, reserving: str | None) -> None:
-    reason = waiting_reason(instance)
+def _wanted(instance: InstanceModel) -> Message:
+    models = " or ".join(instance.accepted_models)
+    if instance.gpu_share_milli is not None:
+        share = f"{instance.gpu_share_milli / 1000:.3f}"
+        return Message("a {share} share of one {models}", share=share, models=models)
+    if instance.gpu_count and instance.stay_on_host:
+        template = "{count} × {models} on its own host (started with --stay)"
+        return Message(template, count=instance.gpu_count, models=models)
+    if instance.gpu_count:
+        return Message("{count} × {models}", count=instance.gpu_count, models=models)
+    template = "{cpu} CPU and {memory} GB of memory"
+    return Message(template, cpu=f"{instance.cpu:g}", memory=instance.memory_gb)
+
+
+def _note_waiting(
+    ctx: ServiceContext,
+    instance: InstanceModel,
+    reserving: str | None,
+    avoiding: move_log.Eviction | None,
+) -> None:
+    reason = waiting_reason(instance, avoiding, ctx.settings.eviction_avoid_s)
     if reserving is not None:
         reason = Message(
             "{reason}; waiting longer than {limit} s, so it holds host {host}: nothing that "

@@ -123,6 +123,10 @@ class ContainerState:
     exit_code: int | None = None
     oom_killed: bool = False
     created_at: datetime | None = None
+    # The platform ended it, not its own process (a Kubernetes eviction, a node
+    # shut down): why, in the platform's words. The instance moves instead of
+    # restarting where it was.
+    fault: str | None = None
 
 
 @dataclass(frozen=True)

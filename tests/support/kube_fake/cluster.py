@@ -137,6 +137,11 @@ class FakeKubeCluster:
 
         self.store.update(NODES, "", name, change)
 
+    def evict_pod(self, namespace: str, pod: str, message: str) -> None:
+        """The pod's node evicts it (as under memory pressure)."""
+        assert self.kubelet is not None, "a cluster without a kubelet runs no pods"
+        self.kubelet.evict(self.store.get(by_kind("Pod"), namespace, pod), message)
+
     def exec(self, namespace: str, pod: str, command: list[str]) -> str:
         """Run `command` in the pod's container (on the Docker Engine, past the
         API: the fake has no exec endpoint); its output."""

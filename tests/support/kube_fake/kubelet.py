@@ -214,6 +214,26 @@ class DockerKubelet:
         except ApiError:
             log.debug("pod %s was removed meanwhile (a forced delete)", meta["name"])
 
+    def evict(self, pod: Obj, message: str) -> None:
+        """What a kubelet does under node pressure: leave the pod Failed,
+        `Evicted`, with a `DisruptionTarget` condition, and kill its container
+        (the status first, so no reader sees the exit without its reason)."""
+        disrupted = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "TerminationByKubelet",
+            "message": message,
+            "lastTransitionTime": now_rfc3339(),
+        }
+        conditions = pod["status"].get("conditions") or []
+        others = [c for c in conditions if c["type"] != "DisruptionTarget"]
+        status = {"phase": "Failed", "reason": "Evicted", "message": message}
+        self._set_status(pod, {**status, "conditions": [*others, disrupted]})
+        self._event(pod, "Warning", "Evicted", message)
+        uid = pod["metadata"]["uid"]
+        for summary in self.api.containers(filters={"label": f"{LABEL_POD}={uid}"}):
+            self.api.kill(summary["Id"])
+
     def _remove_container(self, container_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             self.api.remove_container(container_id, force=True)
@@ -456,8 +476,9 @@ class DockerKubelet:
 def _conditions(pod: Obj, ready: str) -> list[Obj]:
     """The pod's conditions, each keeping its transition time while its status holds."""
     before = {c["type"]: c for c in pod["status"].get("conditions") or []}
-    conditions = []
-    for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
+    kept = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+    conditions = [c for c in before.values() if c["type"] not in kept]  # DisruptionTarget
+    for kind in kept:
         status = "True" if kind in ("PodScheduled", "Initialized") else ready
         old = before.get(kind)
         since = old["lastTransitionTime"] if old and old["status"] == status else now_rfc3339()

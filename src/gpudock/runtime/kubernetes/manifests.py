@@ -40,6 +40,10 @@ ENVIRONMENT_KEY = "environment"  # the record's /etc/environment for a share's p
 HAMI_MEMORY = "nvidia.com/gpumem"  # MiB of the card
 HAMI_CORES = "nvidia.com/gpucores"  # percent of its SMs
 CONTAINER = "main"
+# A pod's `status.reason` when the cluster, not its process, ended it.
+CLUSTER_ENDED = frozenset(
+    {"Evicted", "NodeLost", "Shutdown", "Terminated", "NodeShutdown", "UnexpectedAdmissionError"}
+)
 POLICY_NAME = "gpudock-tenant-isolation"
 KEEPALIVE_ARGS = ["sleep", "infinity"]
 JOB_SHELL = ["/bin/sh", "-c"]
@@ -306,7 +310,31 @@ def state_of_pod(found: Obj) -> ContainerState:
         exit_code=ended.get("exitCode"),
         oom_killed=ended.get("reason") == "OOMKilled",
         created_at=parse_time(meta.get("creationTimestamp")),
+        fault=fault_of(status) if not running else None,
     )
+
+
+def fault_of(status: Obj) -> str | None:
+    """Why the cluster ended the pod, when it did and not its process: an
+    eviction (the kubelet's under node pressure, the eviction API's, a
+    preemption: `DisruptionTarget`, Kubernetes 1.26+), a node shut down or
+    lost, an admission the kubelet took back. None for the workload's own exit."""
+    reason = str(status.get("reason") or "")
+    message = str(status.get("message") or "")
+    disrupted = next(
+        (
+            c
+            for c in status.get("conditions") or []
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        ),
+        None,
+    )
+    if reason in CLUSTER_ENDED or reason.startswith("OutOf"):
+        return f"{reason}: {message}" if message else reason
+    if disrupted is not None:
+        said = disrupted.get("message") or disrupted.get("reason") or "disrupted"
+        return f"{disrupted.get('reason') or 'DisruptionTarget'}: {said}"
+    return None
 
 
 def state_of_record(found: Obj) -> ContainerState:

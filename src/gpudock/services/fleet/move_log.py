@@ -7,12 +7,13 @@ abandoned when the user stops or deletes it (or it fails) first.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpudock.db.models import InstanceModel, InstanceStatus, MigrationModel
+from gpudock.db.models import HostModel, InstanceModel, InstanceStatus, MigrationModel
 
 S = InstanceStatus
 MOVING, DONE, ABANDONED = "moving", "done", "abandoned"
@@ -25,6 +26,30 @@ def open_move(session: Session, instance_id: str) -> MigrationModel | None:
             MigrationModel.instance_id == instance_id, MigrationModel.outcome == MOVING
         )
     ).first()
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """An open move off a host whose platform ended the instance's container."""
+
+    host_id: str
+    host_name: str
+    at: datetime
+
+
+def open_evictions(session: Session, trigger: str, since: datetime) -> dict[str, Eviction]:
+    """Instance id → the host it was evicted from, for open moves with `trigger`
+    that began after `since`."""
+    rows = session.execute(
+        select(MigrationModel.instance_id, HostModel.id, HostModel.name, MigrationModel.started_at)
+        .join(HostModel, HostModel.id == MigrationModel.from_host_id)
+        .where(
+            MigrationModel.outcome == MOVING,
+            MigrationModel.trigger == trigger,
+            MigrationModel.started_at > since,
+        )
+    ).all()
+    return {row[0]: Eviction(row[1], row[2], row[3]) for row in rows}
 
 
 def on_transition(

@@ -45,6 +45,7 @@ from gpudock.services.leases import with_lease
 
 log = logging.getLogger(__name__)
 S = InstanceStatus
+EVICTED = "evicted"  # the move log's trigger when the platform ended the container
 PROGRESS_STEP = 0.1  # report a data move's progress every 10 %
 UNSIZED_STEP_BYTES = 64 << 20  # and one of unknown size every 64 MiB or 10 % more, at least
 
@@ -55,10 +56,14 @@ def request_move(
     reason: str,
     fault_id: int | None,
     at: datetime,
+    *,
+    trigger: str | None = None,
 ) -> bool:
     """Ask a running instance to leave its GPUs now. Instances on their way
     up are moved by the run step, which never starts on a GPU that is not
-    healthy; stopped ones hold no GPU. True if a move was requested."""
+    healthy; stopped ones hold no GPU. True if a move was requested.
+    `trigger`: the move log's (default: 'fault' with a fault, else 'drain');
+    `EVICTED` keeps the placement off the host it left for a while."""
     if (
         instance.status != S.RUNNING
         or instance.desired_state != DesiredState.RUNNING
@@ -70,7 +75,7 @@ def request_move(
             instance_id=instance.id,
             fault_id=fault_id,
             reason=reason,
-            trigger="fault" if fault_id is not None else "drain",
+            trigger=trigger or ("fault" if fault_id is not None else "drain"),
             gpu_model=instance.gpu_model,
             from_host_id=instance.host_id,
             from_gpus=",".join(allocated_gpu_ids(session, instance.id)),
