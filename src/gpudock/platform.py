@@ -96,6 +96,8 @@ def default_runtime(settings: Settings) -> Runtime:
                 storage_class=settings.kubernetes_storage_class,
                 image_pull_policy="Never" if settings.image_pull == "never" else "IfNotPresent",
                 hami=settings.kubernetes_hami,
+                shared_storage=settings.kubernetes_shared_storage,
+                home=settings.kubernetes_home,
             ),
             default_disk_gb=settings.default_disk_gb,
             copy_timeout_s=settings.volume_copy_timeout_s,

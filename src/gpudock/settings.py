@@ -81,6 +81,16 @@ class Settings(BaseSettings):
         default=False,
         description="HAMi is installed: a share asks for nvidia.com/gpumem and gpucores.",
     )
+    kubernetes_shared_storage: bool = Field(
+        default=False,
+        description="The storage class's volumes attach on any node (network storage): "
+        "a move to another node takes the same claim along instead of copying it.",
+    )
+    kubernetes_home: bool = Field(
+        default=False,
+        description="Keep /root across stops: new claims hold the home directory beside "
+        "the data (/root/data), seeded from the image's /root at the first start.",
+    )
     kubernetes_start_timeout_s: float = Field(
         default=300.0, gt=0, description="How long a start waits for its pod to run."
     )

@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 
 from gpudock.runtime.base import ALLOWED_CAPABILITIES, ContainerSpec
-from gpudock.runtime.kubernetes import manifests
+from gpudock.runtime.kubernetes import home, manifests
 
 LABELS = {
     "gpudock.managed": "true",
@@ -166,3 +166,22 @@ def test_a_pod_the_cluster_ended_is_a_fault_and_one_that_exited_is_not() -> None
     assert manifests.fault_of({"phase": "Failed"}) is None  # its process exited
     not_now = {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "False"}]}
     assert manifests.fault_of(not_now) is None
+
+
+def test_a_pod_with_the_home_mounts_its_parts_of_the_claim_after_seeding_it() -> None:
+    plain = manifests.pod(SPEC, manifests.PodOptions())
+    made = valid(manifests.pod(SPEC, manifests.PodOptions(), with_home=True))
+    spec = made["spec"]
+    assert isinstance(spec, dict)
+    mounts = [(m["mountPath"], m.get("subPath")) for m in spec["containers"][0]["volumeMounts"]]
+    assert mounts[:2] == [("/root", "home"), ("/root/data", "data")]  # /root first
+    [seed] = spec["initContainers"]
+    assert (
+        seed["image"] == SPEC.image
+        and seed["securityContext"] == (plain["spec"]["containers"][0]["securityContext"])
+    )
+    assert "nvidia.com/gpu" not in seed["resources"]["limits"]  # seeding needs no GPU
+    assert "mv home.new home" in seed["command"][-1]  # whole, or seeded again
+    claim = valid(manifests.claim("vol", LABELS, 20, manifests.PodOptions(home=True)))
+    assert home.has_home(claim)
+    assert not home.has_home(manifests.claim("vol", LABELS, 20, manifests.PodOptions()))

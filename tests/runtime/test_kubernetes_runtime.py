@@ -8,7 +8,7 @@ from __future__ import annotations
 import select as io_select
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -53,21 +53,33 @@ def cluster(engine: docker.DockerClient) -> Iterator[FakeKubeCluster]:
 
 
 @pytest.fixture
-def kube(cluster: FakeKubeCluster, tmp_path: Path) -> Iterator[Platform]:
-    """A platform whose runtime and GPU inventory are the fake cluster, HAMi on."""
-    kubeconfig = cluster.kubeconfig(tmp_path)
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        runtime="kubernetes",
-        kubeconfig=kubeconfig,
-        kubernetes_start_timeout_s=DEADLINE_S,
-        kubernetes_hami=True,
-        volume_copy_timeout_s=DEADLINE_S,
-        image_pull="missing",
-    )
-    platform = open_platform(settings, runtime=default_runtime(settings))
-    yield platform
-    platform.close()
+def kube_with(cluster: FakeKubeCluster, tmp_path: Path) -> Iterator[Callable[..., Platform]]:
+    """Platforms whose runtime and GPU inventory are the fake cluster, with
+    these settings changed."""
+    made: list[Platform] = []
+
+    def make(**settings: object) -> Platform:
+        chosen = Settings(
+            data_dir=tmp_path / "data",
+            runtime="kubernetes",
+            kubeconfig=cluster.kubeconfig(tmp_path),
+            kubernetes_start_timeout_s=DEADLINE_S,
+            volume_copy_timeout_s=DEADLINE_S,
+            image_pull="missing",
+            **settings,
+        )
+        made.append(open_platform(chosen, runtime=default_runtime(chosen)))
+        return made[-1]
+
+    yield make
+    for platform in made:
+        platform.close()
+
+
+@pytest.fixture
+def kube(kube_with: Callable[..., Platform]) -> Platform:
+    """HAMi on."""
+    return kube_with(kubernetes_hami=True)
 
 
 def drain_until(platform: Platform, instance_id: str, status: InstanceStatus) -> InstanceModel:
@@ -404,3 +416,85 @@ def test_an_evicted_pod_moves_its_instance_off_that_node_with_its_data(
     [pod] = [p for p in cluster.objects("Pod", namespace) if p["metadata"]["name"] == name]
     assert pod["spec"]["nodeName"] == "gpu-b"
     assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "survives\n"
+
+
+@pytest.fixture
+def kube_home(kube_with: Callable[..., Platform]) -> Platform:
+    return kube_with(kubernetes_home=True)
+
+
+def test_with_the_home_option_root_survives_a_stop_and_a_move(
+    kube_home: Platform, cluster: FakeKubeCluster
+) -> None:
+    ctx = kube_home.ctx
+    erin = users.create_user(ctx, "erin").user
+    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="homely", image=TEST_IMAGE)
+    created = instances.create_instance(ctx, erin, request)
+    drain_until(kube_home, created.id, InstanceStatus.RUNNING)
+    namespace = f"gpudock-{ctx.cluster_id}-u-{erin.id}"
+    name = containers.container_name(ctx.cluster_id, created.id)
+    [claim] = cluster.objects("PersistentVolumeClaim", namespace)
+    assert claim["metadata"]["annotations"]["gpudock.layout"] == "home"
+    [pod] = cluster.objects("Pod", namespace)
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["seed-home"]
+    mounts = {
+        m["mountPath"]: m.get("subPath") for m in pod["spec"]["containers"][0]["volumeMounts"]
+    }
+    assert mounts["/root"] == "home" and mounts["/root/data"] == "data"
+    # Seeded from the image's /root; what the user adds there is kept.
+    cluster.exec(namespace, name, ["sh", "-c", "test -s /root/.bashrc && touch /root/sys"])
+    cluster.exec(namespace, name, ["sh", "-c", "echo kept > /root/data/f"])
+
+    instances.stop_instance(ctx, erin, created.id)
+    drain_until(kube_home, created.id, InstanceStatus.STOPPED)
+    instances.start_instance(ctx, erin, created.id)
+    drain_until(kube_home, created.id, InstanceStatus.RUNNING)
+    assert "sys" in cluster.exec(namespace, name, ["ls", "/root"]).split()
+    assert cluster.exec(namespace, name, ["ls", "-A", "/root/data"]).split() == ["f"]
+
+    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
+    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
+    cluster.evict_pod(namespace, name, "The node was low on resource: ephemeral-storage.")
+    moved = wait_for(
+        lambda: _running_on(kube_home, created.id, "gpu-b"), "the move to gpu-b", DEADLINE_S
+    )
+    assert moved.data_volume != claim["metadata"]["name"]  # a copy, laid out as its source
+    assert "sys" in cluster.exec(namespace, name, ["ls", "/root"]).split()
+    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "kept\n"
+
+
+def _running_on(platform: Platform, instance_id: str, node: str) -> InstanceModel | None:
+    platform.reconciler.drain()
+    with platform.ctx.sessions() as session:
+        row = session.get(InstanceModel, instance_id)
+        assert row is not None and row.status != InstanceStatus.FAILED, row.status_reason
+        if row.status != InstanceStatus.RUNNING or row.host_id is None:
+            return None
+        host = session.get(HostModel, row.host_id)
+        return row if host is not None and host.name == node else None
+
+
+def test_on_shared_storage_a_move_takes_the_same_claim_along(
+    kube_with: Callable[..., Platform], cluster: FakeKubeCluster
+) -> None:
+    kube = kube_with(kubernetes_shared_storage=True)
+    ctx = kube.ctx
+    fay = users.create_user(ctx, "fay").user
+    request = InstanceRequest(
+        gpu_model="A100-80GB", gpu_count=1, name="networked", image=TEST_IMAGE
+    )
+    created = instances.create_instance(ctx, fay, request)
+    first = drain_until(kube, created.id, InstanceStatus.RUNNING)
+    namespace = f"gpudock-{ctx.cluster_id}-u-{fay.id}"
+    name = containers.container_name(ctx.cluster_id, created.id)
+    cluster.exec(namespace, name, ["sh", "-c", "echo same > /root/data/f"])
+    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
+    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
+    cluster.evict_pod(namespace, name, "The node was low on resource: memory.")
+    moved = wait_for(lambda: _running_on(kube, created.id, "gpu-b"), "the move", DEADLINE_S)
+    assert moved.data_volume == first.data_volume  # no copy: the claim attaches on gpu-b
+    [claim] = cluster.objects("PersistentVolumeClaim", namespace)
+    assert claim["metadata"]["name"] == first.data_volume
+    helpers = [e for e in cluster.objects("Event", namespace) if "-move" in str(e)]
+    assert helpers == []  # no helper pod ran
+    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "same\n"

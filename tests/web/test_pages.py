@@ -189,3 +189,9 @@ def test_on_kubernetes_the_console_says_a_stop_deletes_the_system_disk(console: 
     alice.client.get("/lang/zh-CN")
     chinese = alice.client.get(f"/instances/{instance_id}/live").text
     assert "删除实例的系统盘" in chinese and warning not in chinese
+    alice.client.get("/lang/en")
+    console.ctx.settings = console.ctx.settings.model_copy(update={"kubernetes_home": True})
+    kept = alice.client.get(f"/instances/{instance_id}/live").text
+    assert "deletes every file outside /root (" in kept and "/root is kept" in kept
+    assert warning not in kept and question not in kept
+    assert "deletes every file outside /root (" in alice.client.get("/instances/new").text

@@ -296,6 +296,11 @@ class Runtime(Protocol):
         """All networks carrying every given label."""
         ...
 
+    def volumes_reach_every_host(self) -> bool:
+        """True if a data volume attaches on any of the backend's hosts (network
+        storage): a move then takes the same volume along instead of copying it."""
+        ...
+
     def limits_system_disks(self) -> bool:
         """True if the engine itself caps a container's writable layer at
         `ContainerSpec.system_disk_gb` (writes past it fail with ENOSPC)."""

@@ -246,6 +246,9 @@ class FakeRuntime:
             if labels.items() <= c.state.labels.items()
         ]
 
+    def volumes_reach_every_host(self) -> bool:
+        return False
+
     def limits_system_disks(self) -> bool:
         return self.system_disk_quota
 

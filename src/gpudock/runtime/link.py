@@ -293,6 +293,9 @@ class LinkRuntime:
     def container_of_pid(self, pid: int) -> str | None:
         return None  # the host's processes cannot be seen from the server
 
+    def volumes_reach_every_host(self) -> bool:
+        return False  # an agent's volumes are on its host's disks
+
     def limits_system_disks(self) -> bool:
         return bool(self._call("limits_system_disks"))
 

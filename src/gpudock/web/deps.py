@@ -145,6 +145,7 @@ def render(
         "nav_extra": nav_entries(viewer.user.is_admin) if viewer else [],
         "path": request.url.path,
         "system_disk_kept": _system_disk_kept(request),
+        "home_kept": _home_kept(request),
         **values,
     }
     response = TEMPLATES.TemplateResponse(request, template, context, status_code=status_code)
@@ -157,6 +158,12 @@ def _system_disk_kept(request: Request) -> bool:
     on Kubernetes a stopped instance's pod is deleted, and its files with it."""
     context: ServiceContext | None = getattr(request.app.state, "context", None)
     return context is None or context.settings.runtime != "kubernetes"
+
+
+def _home_kept(request: Request) -> bool:
+    """Whether a stop on Kubernetes keeps /root (`GPUDOCK_KUBERNETES_HOME`)."""
+    context: ServiceContext | None = getattr(request.app.state, "context", None)
+    return context is not None and context.settings.kubernetes_home
 
 
 def form_error(error: GpudockError | None) -> dict[str, str | None]:

@@ -115,6 +115,21 @@ ZH_CN: dict[str, str] = {
         "本集群（Kubernetes）上关机会删除实例的系统盘，即 /root/data 以外的所有文件。"
         "需要保留的内容请放在 /root/data。"
     ),
+    (
+        "Stop this instance? Its GPUs are released and /root is kept, but not the rest of its "
+        "system disk: on Kubernetes a stopped instance's container is deleted with every file "
+        "outside /root (packages installed with apt among them)."
+    ): (
+        "确定关机吗？GPU 将被释放，/root 保留，但系统盘的其余部分不保留："
+        "在 Kubernetes 上，关机会删除容器及 /root 以外的所有文件（包括用 apt 安装的软件包）。"
+    ),
+    (
+        "On this cluster (Kubernetes) stopping an instance deletes every file outside /root "
+        "(packages installed with apt among them); /root and /root/data are kept."
+    ): (
+        "本集群（Kubernetes）上关机会删除 /root 以外的所有文件（包括用 apt 安装的软件包）；"
+        "/root 和 /root/data 会保留。"
+    ),
     "Restart this instance?": "确定重启该实例吗？",
     "Delete this instance and its data? This cannot be undone.": (
         "确定删除该实例及其数据吗？此操作不可撤销。"

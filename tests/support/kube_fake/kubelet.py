@@ -37,6 +37,8 @@ from tests.support.kube_fake.store import Obj, Store, by_kind, now_rfc3339
 RELIST_S = 0.5
 LABEL_FAKE = "kfake.cluster"
 LABEL_POD = "kfake.pod"
+LABEL_INIT = "kfake.init"  # an init container's: the pod's uid
+INIT_TIMEOUT_S = 120
 log = logging.getLogger(__name__)
 
 CONFIG_MAPS = by_kind("ConfigMap")
@@ -124,6 +126,7 @@ class DockerKubelet:
             for c in self.api.containers(
                 all=True, filters={"label": f"{LABEL_FAKE}={self.cluster}"}
             )
+            if LABEL_POD in c["Labels"]  # not an init container's
         }
         for pod in pods:
             uid = pod["metadata"]["uid"]
@@ -182,8 +185,10 @@ class DockerKubelet:
             )
             self._event(pod, "Warning", "ErrImageNeverPull", message)
             return
+        if not self._initialised(pod):
+            return
         try:
-            created = self.api.create_container(**self._create_arguments(pod))
+            created = self.api.create_container(**self._create_arguments(pod, container))
             self.api.start(created["Id"])
         except docker.errors.APIError as exc:
             message = str(exc.explanation or exc)
@@ -195,6 +200,33 @@ class DockerKubelet:
             return
         self._event(pod, "Normal", "Started", f"Started container {container['name']}")
         self._follow(pod, {"Id": created["Id"]})
+
+    def _initialised(self, pod: Obj) -> bool:
+        """Run the pod's init containers in order, each to its end; False (the
+        pod Failed, as with `restartPolicy: Never`) once one exits non-zero."""
+        statuses: list[Obj] = []
+        for init in pod["spec"].get("initContainers") or []:
+            arguments = self._create_arguments(pod, init)
+            arguments["labels"] = {LABEL_FAKE: self.cluster, LABEL_INIT: pod["metadata"]["uid"]}
+            made = self.api.create_container(**arguments)
+            try:
+                self.api.start(made["Id"])
+                code = int(self.api.wait(made["Id"], timeout=INIT_TIMEOUT_S)["StatusCode"])
+                output = bytes(self.api.logs(made["Id"], tail=5)).decode(errors="replace")
+            finally:
+                self.api.remove_container(made["Id"], force=True)
+            ended = {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "message": output.strip(),
+            }
+            statuses.append(self._container_status(init, {"terminated": ended}))
+            self._set_status(pod, {"initContainerStatuses": statuses})
+            if code != 0:
+                self._set_status(pod, {"phase": "Failed"})
+                self._event(pod, "Warning", "Failed", f"init container {init['name']} failed")
+                return False
+        return True
 
     def _terminate(self, pod: Obj, summary: dict[str, Any] | None) -> None:
         if summary is not None:
@@ -282,9 +314,8 @@ class DockerKubelet:
                 )
         return None
 
-    def _create_arguments(self, pod: Obj) -> dict[str, Any]:
+    def _create_arguments(self, pod: Obj, container: Obj) -> dict[str, Any]:
         spec, meta = pod["spec"], pod["metadata"]
-        container = spec["containers"][0]
         limits = (container.get("resources") or {}).get("limits") or {}
         security = container.get("securityContext") or {}
         capabilities = security.get("capabilities") or {}
@@ -298,6 +329,10 @@ class DockerKubelet:
                 self.store.get(CLAIMS, meta["namespace"], claim)  # a missing claim: no start
                 name = volume_of_claim(self.cluster, meta["namespace"], claim)
                 self.api.create_volume(name, labels={LABEL_FAKE: self.cluster})
+                if mount.get("subPath"):  # the engine is local: a directory of the volume
+                    sub_path = Path(self.api.inspect_volume(name)["Mountpoint"], mount["subPath"])
+                    sub_path.mkdir(parents=True, exist_ok=True)
+                    name = str(sub_path)
                 binds[name] = {
                     "bind": mount["mountPath"],
                     "mode": "ro" if mount.get("readOnly") else "rw",
@@ -332,7 +367,7 @@ class DockerKubelet:
             "command": container.get("args"),
             "environment": {e["name"]: e.get("value", "") for e in container.get("env") or []},
             "hostname": spec.get("hostname") or meta["name"][:63],
-            "name": f"kfake-{self.cluster}-{meta['namespace']}-{meta['name']}",
+            "name": f"kfake-{self.cluster}-{meta['namespace']}-{meta['name']}-{container['name']}",
             "labels": {LABEL_FAKE: self.cluster, LABEL_POD: meta["uid"]},
             "host_config": host_config,
             "detach": True,

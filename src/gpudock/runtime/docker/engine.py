@@ -297,6 +297,9 @@ class DockerRuntime:
     def list_containers(self, labels: dict[str, str]) -> list[ContainerState]:
         return self._containers.with_labels(labels)
 
+    def volumes_reach_every_host(self) -> bool:
+        return False  # one engine's volumes are on its disks
+
     def limits_system_disks(self) -> bool:
         return self._containers.limits_system_disks()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 
 from gpudock.runtime.base import VolumeState
-from gpudock.runtime.kubernetes import manifests
+from gpudock.runtime.kubernetes import home, manifests
 from gpudock.runtime.kubernetes.api import Exists, KubeApi, Missing, translated
 from gpudock.runtime.kubernetes.tenants import KubeTenants, has_labels, selector
 
@@ -57,6 +57,28 @@ class KubeClaims:
         return [
             i for i in found.get("items") or [] if manifests.original_name(i["metadata"]) == name
         ]
+
+    def holds_home(self, name: str) -> bool:
+        """Was the claim made to keep /root too (`runtime.kubernetes.home`)?"""
+        with translated(f"read volume claim {name}"):
+            found = self._named(name)
+        return bool(found) and home.has_home(found[0])
+
+    def copy_layout(self, source: str, target: str) -> None:
+        """The target (a copy's) is laid out as its source, whatever it was made as."""
+        layout = home.HOME_LAYOUT if self.holds_home(source) else None
+        with translated(f"label volume claim {target}"):
+            for item in self._named(target):
+                meta = item["metadata"]
+                if ((meta.get("annotations") or {}).get(home.LAYOUT_ANNOTATION)) == layout:
+                    continue
+                patch = {"metadata": {"annotations": {home.LAYOUT_ANNOTATION: layout}}}
+                self._api.call(
+                    self._api.core.patch_namespaced_persistent_volume_claim,
+                    meta["name"],
+                    meta["namespace"],
+                    patch,
+                )
 
     def labels_of(self, name: str) -> dict[str, str]:
         """The gpudock labels of the claim (empty if there is none)."""

@@ -65,6 +65,7 @@ class KubernetesRuntime:
         self._api = api or connect(kubeconfig, context, timeout_s)
         self._copy_timeout_s = copy_timeout_s
         options = options or manifests.PodOptions()
+        self._options = options
         self._tenants = KubeTenants(self._api)
         self._pods = KubePods(self._api, self._tenants, options, start_timeout_s)
         self._claims = KubeClaims(self._api, self._tenants, options, default_disk_gb)
@@ -161,13 +162,15 @@ class KubernetesRuntime:
             meta = ended["metadata"]
             self._pods.remove_pod(meta["namespace"], meta["name"])
         copied = copies.copied_bytes(ended, helper_name, self._copy_timeout_s)
+        self._claims.copy_layout(source, target)  # a home travels as a home
         if on_progress is not None:
             on_progress(copied, copied)
         return copied
 
     # -- containers (pods) ---------------------------------------------------
     def create_container(self, spec: ContainerSpec) -> ContainerState:
-        return self._pods.create(spec)
+        """A claim made to keep /root mounts its home there (`runtime.kubernetes.home`)."""
+        return self._pods.create(spec, with_home=self._claims.holds_home(spec.volume_name))
 
     def start_container(self, container_id: str) -> ContainerState:
         return self._pods.start(container_id)
@@ -185,6 +188,9 @@ class KubernetesRuntime:
 
     def list_containers(self, labels: dict[str, str]) -> list[ContainerState]:
         return self._pods.with_labels(labels)
+
+    def volumes_reach_every_host(self) -> bool:
+        return self._options.shared_storage
 
     def limits_system_disks(self) -> bool:
         return False

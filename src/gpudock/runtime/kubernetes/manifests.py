@@ -30,6 +30,7 @@ from gpudock.runtime.base import (
     ContainerState,
     shm_size_mb,
 )
+from gpudock.runtime.kubernetes import home
 
 Obj = dict[str, Any]
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -68,6 +69,10 @@ class PodOptions:
     storage_class: str | None = None
     image_pull_policy: str = "IfNotPresent"
     hami: bool = False  # a share asks HAMi for its memory and cores (else a whole GPU)
+    # Claims attach on every node (network storage): a move takes the same claim along.
+    shared_storage: bool = False
+    # New claims keep /root too (`runtime.kubernetes.home`): the system disk survives a stop.
+    home: bool = False
 
 
 def kube_name(name: str) -> str:
@@ -116,7 +121,8 @@ def original_name(meta: Obj) -> str:
 
 
 # -- the pod -------------------------------------------------------------------
-def pod(spec: ContainerSpec, options: PodOptions) -> Obj:
+def pod(spec: ContainerSpec, options: PodOptions, *, with_home: bool = False) -> Obj:
+    """`with_home`: the claim keeps /root too (`runtime.kubernetes.home`)."""
     namespace = tenant_namespace(spec.labels)
     gpus = len(spec.gpu_uuids)
     pod_spec: Obj = {
@@ -156,12 +162,13 @@ def pod(spec: ContainerSpec, options: PodOptions) -> Obj:
         pod_spec["tolerations"] = [
             {"key": options.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}
         ]
-    return {
+    made = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": metadata(spec.name, spec.labels, namespace),
         "spec": pod_spec,
     }
+    return home.with_home(made) if with_home else made
 
 
 def _container(spec: ContainerSpec, options: PodOptions, gpus: int) -> Obj:
@@ -244,10 +251,13 @@ def claim(name: str, labels: dict[str, str], size_gb: int, options: PodOptions) 
     }
     if options.storage_class:
         spec["storageClassName"] = options.storage_class
+    meta = metadata(name, labels, tenant_namespace(labels))
+    if options.home:
+        meta.setdefault("annotations", {})[home.LAYOUT_ANNOTATION] = home.HOME_LAYOUT
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": metadata(name, labels, tenant_namespace(labels)),
+        "metadata": meta,
         "spec": spec,
     }
 

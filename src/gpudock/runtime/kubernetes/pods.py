@@ -86,8 +86,8 @@ class KubePods:
             return None
 
     # -- the contract ------------------------------------------------------
-    def create(self, spec: ContainerSpec) -> ContainerState:
-        pod = manifests.pod(spec, self._options)
+    def create(self, spec: ContainerSpec, *, with_home: bool = False) -> ContainerState:
+        pod = manifests.pod(spec, self._options, with_home=with_home)
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if spec.network:
             self._tenants.ensure(spec.network, spec.network_labels)
@@ -305,6 +305,11 @@ def _waiting_reason(pod: Obj) -> str | None:
 def _refusal(pod: Obj) -> str | None:
     """Why the pod will not run, or None while it may still."""
     status = pod.get("status") or {}
+    for init in status.get("initContainerStatuses") or []:  # the home's seeding
+        ended = (init.get("state") or {}).get("terminated") or {}
+        if ended.get("exitCode"):
+            said = f"init container {init.get('name')} exited {ended['exitCode']}"
+            return f"{said}: {ended.get('message', '')}".rstrip(": ")
     if status.get("phase") in ("Failed", "Succeeded"):  # refused before any container ran
         return f"{status.get('reason', status['phase'])}: {status.get('message', '')}".rstrip(": ")
     for container in status.get("containerStatuses") or []:

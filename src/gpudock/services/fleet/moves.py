@@ -107,9 +107,10 @@ def ensure_data_volume(
     it then (`remove_stale_volume`), or garbage collection does after a crash."""
     target = data_volume_on(ctx.cluster_id, instance, host)
     labels = {**containers.instance_labels(ctx.cluster_id, instance), LABEL_HOST: host.name}
-    containers.runtime_of(ctx, instance, host.id).ensure_volume(
-        target, labels, size_gb=instance.disk_gb
-    )
+    runtime = containers.runtime_of(ctx, instance, host.id)
+    if instance.data_volume is not None and runtime.volumes_reach_every_host():
+        target = instance.data_volume  # network storage: the same volume attaches there
+    runtime.ensure_volume(target, labels, size_gb=instance.disk_gb)
     if instance.data_volume is None:
         # Its first home: the name is derived from the id, so it is recorded
         # with 'running' (`record_first_home`), one transaction fewer on the way up.
