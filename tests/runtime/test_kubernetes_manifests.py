@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 
 from gpudock.runtime.base import ALLOWED_CAPABILITIES, ContainerSpec
-from gpudock.runtime.kubernetes import home, manifests
+from gpudock.runtime.kubernetes import home, manifests, mig
 
 LABELS = {
     "gpudock.managed": "true",
@@ -185,3 +185,44 @@ def test_a_pod_with_the_home_mounts_its_parts_of_the_claim_after_seeding_it() ->
     claim = valid(manifests.claim("vol", LABELS, 20, manifests.PodOptions(home=True)))
     assert home.has_home(claim)
     assert not home.has_home(manifests.claim("vol", LABELS, 20, manifests.PodOptions()))
+
+
+@pytest.mark.parametrize(
+    ("milli", "memory_mb", "expected"),
+    [
+        (125, 10240, "1g.10gb"),  # an eighth: one slice of seven, 10 GB
+        (250, 20480, "2g.20gb"),  # a quarter: two slices
+        (250, 30000, "3g.40gb"),  # more memory than 2g.20gb has
+        (500, 40960, "4g.40gb"),
+        (1000, 81920, None),  # nothing free holds a whole card
+    ],
+)
+def test_a_share_takes_the_smallest_mig_profile_that_holds_it(
+    milli: int, memory_mb: int, expected: str | None
+) -> None:
+    allocatable = {
+        "cpu": "64",
+        "nvidia.com/gpu": "4",
+        "nvidia.com/mig-1g.10gb": "3",
+        "nvidia.com/mig-1g.10gb+me": "1",
+        "nvidia.com/mig-2g.20gb": "1",
+        "nvidia.com/mig-3g.40gb": "1",
+        "nvidia.com/mig-4g.40gb": "1",
+    }
+    busy = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "3"}}}]}}
+    free = mig.free_slices(allocatable, [])
+    chosen = mig.slice_for(free, milli, memory_mb)
+    if expected == "1g.10gb":
+        assert chosen is not None and chosen.resource == "nvidia.com/mig-1g.10gb"
+        # Its three taken by other pods: the media-extension slice is next.
+        taken = mig.slice_for(mig.free_slices(allocatable, [busy]), milli, memory_mb)
+        assert taken is not None and taken.name == "1g.10gb+me"
+    else:
+        assert (chosen.name if chosen else None) == expected
+
+
+def test_a_mig_share_asks_for_its_slice_and_no_whole_gpu() -> None:
+    share = dataclasses.replace(SPEC, gpu_uuids=("GPU-1",), share_milli=250, share_memory_mb=20480)
+    made = valid(manifests.pod(share, manifests.PodOptions(), mig_slice="nvidia.com/mig-2g.20gb"))
+    limits = made["spec"]["containers"][0]["resources"]["limits"]  # type: ignore[index]
+    assert limits["nvidia.com/mig-2g.20gb"] == "1" and "nvidia.com/gpu" not in limits

@@ -498,3 +498,31 @@ def test_on_shared_storage_a_move_takes_the_same_claim_along(
     helpers = [e for e in cluster.objects("Event", namespace) if "-move" in str(e)]
     assert helpers == []  # no helper pod ran
     assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "same\n"
+
+
+def test_without_hami_a_share_gets_the_smallest_mig_slice_that_holds_it(
+    kube_with: Callable[..., Platform], cluster: FakeKubeCluster
+) -> None:
+    cluster.offer(
+        "gpu-a",
+        {"nvidia.com/mig-1g.10gb": "1", "nvidia.com/mig-3g.40gb": "1"},
+        {"nvidia.com/mig.strategy": "mixed"},
+    )
+    kube = kube_with()  # no HAMi
+    ctx = kube.ctx
+    gus = users.create_user(ctx, "gus").user
+    namespace = f"gpudock-{ctx.cluster_id}-u-{gus.id}"
+    asked = {}
+    for share, name in ((Decimal("0.25"), "quarter"), (Decimal("0.1"), "tenth")):
+        request = InstanceRequest(
+            gpu_model="A100-80GB", gpu_count=1, gpu_share=share, name=name, image=TEST_IMAGE
+        )
+        created = instances.create_instance(ctx, gus, request)
+        drain_until(kube, created.id, InstanceStatus.RUNNING)
+        pod_name = containers.container_name(ctx.cluster_id, created.id)
+        [pod] = [p for p in cluster.objects("Pod", namespace) if p["metadata"]["name"] == pod_name]
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert "nvidia.com/gpu" not in limits and pod["status"]["phase"] == "Running"
+        asked[name] = sorted(k for k in limits if k.startswith("nvidia.com/mig-"))
+    # A quarter needs 2 of 7 compute slices and 20 GB: 3g.40gb; a tenth fits 1g.10gb.
+    assert asked == {"quarter": ["nvidia.com/mig-3g.40gb"], "tenth": ["nvidia.com/mig-1g.10gb"]}

@@ -130,6 +130,18 @@ class FakeKubeCluster:
     def store_node() -> Resource:
         return NODES
 
+    def offer(self, name: str, resources: dict[str, str], labels: dict[str, str]) -> None:
+        """The node's device plugin offers these extended resources too (MIG
+        slices, as the `mixed` strategy names them), with GFD's labels."""
+
+        def change(node: Obj) -> Obj:
+            node["status"]["allocatable"].update(resources)
+            node["status"]["capacity"].update(resources)
+            node["metadata"]["labels"].update(labels)
+            return node
+
+        self.store.update(NODES, "", name, change)
+
     def set_node_ready(self, name: str, ready: bool) -> None:
         def change(node: Obj) -> Obj:
             node["status"]["conditions"] = [_ready_condition(ready)]

@@ -121,8 +121,16 @@ def original_name(meta: Obj) -> str:
 
 
 # -- the pod -------------------------------------------------------------------
-def pod(spec: ContainerSpec, options: PodOptions, *, with_home: bool = False) -> Obj:
-    """`with_home`: the claim keeps /root too (`runtime.kubernetes.home`)."""
+def pod(
+    spec: ContainerSpec,
+    options: PodOptions,
+    *,
+    with_home: bool = False,
+    mig_slice: str | None = None,
+) -> Obj:
+    """`with_home`: the claim keeps /root too (`runtime.kubernetes.home`);
+    `mig_slice`: the MIG resource a share asks for instead of a whole GPU
+    (`runtime.kubernetes.mig`)."""
     namespace = tenant_namespace(spec.labels)
     gpus = len(spec.gpu_uuids)
     pod_spec: Obj = {
@@ -131,7 +139,7 @@ def pod(spec: ContainerSpec, options: PodOptions, *, with_home: bool = False) ->
         "terminationGracePeriodSeconds": spec.stop_timeout_s,
         "automountServiceAccountToken": False,  # no API credentials inside an instance
         "enableServiceLinks": False,
-        "containers": [_container(spec, options, gpus)],
+        "containers": [_container(spec, options, gpus, mig_slice)],
         "volumes": [
             {"name": "data", "persistentVolumeClaim": {"claimName": kube_name(spec.volume_name)}},
             {
@@ -171,14 +179,16 @@ def pod(spec: ContainerSpec, options: PodOptions, *, with_home: bool = False) ->
     return home.with_home(made) if with_home else made
 
 
-def _container(spec: ContainerSpec, options: PodOptions, gpus: int) -> Obj:
+def _container(spec: ContainerSpec, options: PodOptions, gpus: int, mig_slice: str | None) -> Obj:
     env = dict(spec.env)
     if gpus:
         # The device plugin names the devices it allocated; gpudock's UUIDs are
         # its own accounting and mean nothing to the node's runtime.
         env.pop("NVIDIA_VISIBLE_DEVICES", None)
     limits: Obj = {"cpu": _cpu(spec.cpus), "memory": f"{spec.memory_mb}Mi"}
-    if gpus:
+    if mig_slice is not None:
+        limits[mig_slice] = "1"  # the slice is the share's GPU
+    elif gpus:
         limits[options.gpu_resource] = str(gpus)
     if hami_share(spec, options):
         env.update(share_limits(spec))

@@ -27,8 +27,14 @@ from collections.abc import Iterator
 from kubernetes.client.exceptions import ApiException
 
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
-from gpudock.runtime.base import LABEL_GPUS, LABEL_MANAGED, ContainerSpec, ContainerState
-from gpudock.runtime.kubernetes import manifests
+from gpudock.runtime.base import (
+    LABEL_GPUS,
+    LABEL_HOST,
+    LABEL_MANAGED,
+    ContainerSpec,
+    ContainerState,
+)
+from gpudock.runtime.kubernetes import manifests, mig
 from gpudock.runtime.kubernetes.api import Exists, KubeApi, Missing, Obj, expired, translated
 from gpudock.runtime.kubernetes.tenants import KubeTenants, has_labels, selector
 
@@ -87,7 +93,8 @@ class KubePods:
 
     # -- the contract ------------------------------------------------------
     def create(self, spec: ContainerSpec, *, with_home: bool = False) -> ContainerState:
-        pod = manifests.pod(spec, self._options, with_home=with_home)
+        mig_slice = self._mig_slice(spec)
+        pod = manifests.pod(spec, self._options, with_home=with_home, mig_slice=mig_slice)
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if spec.network:
             self._tenants.ensure(spec.network, spec.network_labels)
@@ -107,6 +114,32 @@ class KubePods:
                     self._wait_gone(namespace, name, running, REMOVAL_GRACE_S)
                 made = self._api.call(core.replace_namespaced_config_map, name, namespace, record)
         return manifests.state_of_record(made)
+
+    def _mig_slice(self, spec: ContainerSpec) -> str | None:
+        """A share's MIG resource on its node, where it offers one that fits
+        (and HAMi is not in use): `runtime.kubernetes.mig`."""
+        node = spec.labels.get(LABEL_HOST)
+        if spec.share_milli is None or not spec.gpu_uuids or not node:
+            return None
+        if manifests.hami_share(spec, self._options):
+            return None
+        with translated(f"read node {node}"):
+            found = self._api.call(self._api.core.read_node, node)
+            allocatable = (found.get("status") or {}).get("allocatable") or {}
+            if not any(mig.profile_of(k) for k in allocatable):
+                return None
+            on_node = self._api.call(
+                self._api.core.list_pod_for_all_namespaces,
+                field_selector=f"spec.nodeName={node}",
+            )
+        own = manifests.kube_name(spec.name)
+        others = [
+            p for p in on_node.get("items") or [] if p["metadata"]["name"] != own and not _ended(p)
+        ]
+        chosen = mig.slice_for(
+            mig.free_slices(allocatable, others), spec.share_milli, spec.share_memory_mb
+        )
+        return chosen.resource if chosen is not None else None
 
     def start(self, container_id: str) -> ContainerState:
         with translated(f"start container {container_id}"):
