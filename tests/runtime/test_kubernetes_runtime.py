@@ -8,11 +8,10 @@ from __future__ import annotations
 import select as io_select
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
-import docker
 import pytest
 from sqlalchemy import select
 
@@ -20,77 +19,23 @@ from gpudock.db.models import (
     GpuDeviceModel,
     GpuState,
     HostModel,
-    InstanceModel,
     InstanceStatus,
-    MigrationModel,
 )
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
-from gpudock.platform import Platform, default_runtime, open_platform
+from gpudock.platform import Platform
 from gpudock.reconcile import gpu_health
 from gpudock.reconcile.garbage import collect_garbage
 from gpudock.runtime.base import ContainerSpec
 from gpudock.runtime.kubernetes import KubernetesRuntime
 from gpudock.services.accounts import users
-from gpudock.services.fleet import inventory
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.actions import InstanceRequest
-from gpudock.settings import Settings
-from tests.support.billing import compute_intervals
-from tests.support.kube_fake import TEST_IMAGE, FakeKubeCluster, tag_test_image
+from tests.support.kube_fake import TEST_IMAGE, FakeKubeCluster
+from tests.support.kube_fake.platforms import DEADLINE_S, drain_until
 from tests.support.sshgw import wait_for
 
 pytestmark = pytest.mark.docker
-DEADLINE_S = 90.0  # a pod start is a container start on a loaded machine
-
-
-@pytest.fixture
-def cluster(engine: docker.DockerClient) -> Iterator[FakeKubeCluster]:
-    tag_test_image(engine.api)
-    with FakeKubeCluster(engine.api) as made:
-        made.add_node("gpu-a", gpus=2, product="NVIDIA-A100-SXM4-80GB", hami_memory_mb=81920)
-        yield made
-
-
-@pytest.fixture
-def kube_with(cluster: FakeKubeCluster, tmp_path: Path) -> Iterator[Callable[..., Platform]]:
-    """Platforms whose runtime and GPU inventory are the fake cluster, with
-    these settings changed."""
-    made: list[Platform] = []
-
-    def make(**settings: object) -> Platform:
-        chosen = Settings(
-            data_dir=tmp_path / "data",
-            runtime="kubernetes",
-            kubeconfig=cluster.kubeconfig(tmp_path),
-            kubernetes_start_timeout_s=DEADLINE_S,
-            volume_copy_timeout_s=DEADLINE_S,
-            image_pull="missing",
-            **settings,
-        )
-        made.append(open_platform(chosen, runtime=default_runtime(chosen)))
-        return made[-1]
-
-    yield make
-    for platform in made:
-        platform.close()
-
-
-@pytest.fixture
-def kube(kube_with: Callable[..., Platform]) -> Platform:
-    """HAMi on."""
-    return kube_with(kubernetes_hami=True)
-
-
-def drain_until(platform: Platform, instance_id: str, status: InstanceStatus) -> InstanceModel:
-    def reached() -> InstanceModel | None:
-        platform.reconciler.drain()
-        with platform.ctx.sessions() as session:
-            found = session.get(InstanceModel, instance_id)
-            assert found is None or found.status != InstanceStatus.FAILED, found.status_reason
-            return found if found is not None and found.status == status else None
-
-    return wait_for(reached, f"instance {instance_id} to be {status.value}", DEADLINE_S)
 
 
 def test_lifecycle_pod_on_the_placed_node_and_data_across_a_stop(
@@ -346,158 +291,6 @@ def test_a_data_volume_is_copied_by_a_helper_pod_mounting_both_claims(
         there.id, ["stat", "-c", "%s %a", "/root/data/model/weights.bin"]
     )
     assert listing.output == b"100000 640\n"
-
-
-def test_an_instance_on_a_lost_node_moves_to_another_with_its_data(
-    kube: Platform, cluster: FakeKubeCluster
-) -> None:
-    ctx = kube.ctx
-    carol = users.create_user(ctx, "carol").user
-    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="mover", image=TEST_IMAGE)
-    created = instances.create_instance(ctx, carol, request)
-    drain_until(kube, created.id, InstanceStatus.RUNNING)
-    namespace = f"gpudock-{ctx.cluster_id}-u-{carol.id}"
-    name = containers.container_name(ctx.cluster_id, created.id)
-    cluster.exec(namespace, name, ["sh", "-c", "echo travels > /root/data/f"])
-    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
-    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
-    cluster.set_node_ready("gpu-a", False)
-    gpu_health.health_pass(ctx, gpu_health.HealthWatch())
-
-    def on_b() -> dict[str, object] | None:
-        kube.reconciler.drain()
-        pods = cluster.objects("Pod", namespace)
-        running = [p for p in pods if p["metadata"]["name"] == name]
-        if running and running[0]["spec"]["nodeName"] == "gpu-b":
-            return running[0] if running[0]["status"].get("phase") == "Running" else None
-        return None
-
-    wait_for(on_b, "the instance's pod on gpu-b", DEADLINE_S)
-    drain_until(kube, created.id, InstanceStatus.RUNNING)
-    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "travels\n"
-
-
-def test_an_evicted_pod_moves_its_instance_off_that_node_with_its_data(
-    kube: Platform, cluster: FakeKubeCluster
-) -> None:
-    ctx = kube.ctx
-    dave = users.create_user(ctx, "dave").user
-    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="evictee", image=TEST_IMAGE)
-    created = instances.create_instance(ctx, dave, request)
-    drain_until(kube, created.id, InstanceStatus.RUNNING)
-    namespace = f"gpudock-{ctx.cluster_id}-u-{dave.id}"
-    name = containers.container_name(ctx.cluster_id, created.id)
-    cluster.exec(namespace, name, ["sh", "-c", "echo survives > /root/data/f"])
-    cluster.evict_pod(namespace, name, "The node was low on resource: memory.")
-
-    def waiting_elsewhere() -> InstanceModel | None:
-        kube.reconciler.drain()
-        with ctx.sessions() as session:
-            row = session.get(InstanceModel, created.id)
-            assert row is not None and row.status != InstanceStatus.FAILED, row
-            return row if "another host than gpu-a" in (row.status_reason or "") else None
-
-    # gpu-a still has a free GPU, but the node that evicted it is avoided for a while.
-    waiting = wait_for(waiting_elsewhere, "the instance to wait for another node", DEADLINE_S)
-    assert waiting.status == InstanceStatus.MIGRATING and not waiting.placed
-    with ctx.sessions() as session:
-        [move] = session.scalars(select(MigrationModel)).all()
-        assert move.trigger == "evicted" and "Evicted" in move.reason
-        assert "low on resource: memory" in move.reason
-        [interval] = compute_intervals(session, created.id)
-        assert interval.closed_at is not None  # billing stopped when the pod ended
-
-    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
-    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
-    moved = drain_until(kube, created.id, InstanceStatus.RUNNING)
-    with ctx.sessions() as session:
-        host = session.get(HostModel, moved.host_id)
-        assert host is not None and host.name == "gpu-b"
-    [pod] = [p for p in cluster.objects("Pod", namespace) if p["metadata"]["name"] == name]
-    assert pod["spec"]["nodeName"] == "gpu-b"
-    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "survives\n"
-
-
-@pytest.fixture
-def kube_home(kube_with: Callable[..., Platform]) -> Platform:
-    return kube_with(kubernetes_home=True)
-
-
-def test_with_the_home_option_root_survives_a_stop_and_a_move(
-    kube_home: Platform, cluster: FakeKubeCluster
-) -> None:
-    ctx = kube_home.ctx
-    erin = users.create_user(ctx, "erin").user
-    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="homely", image=TEST_IMAGE)
-    created = instances.create_instance(ctx, erin, request)
-    drain_until(kube_home, created.id, InstanceStatus.RUNNING)
-    namespace = f"gpudock-{ctx.cluster_id}-u-{erin.id}"
-    name = containers.container_name(ctx.cluster_id, created.id)
-    [claim] = cluster.objects("PersistentVolumeClaim", namespace)
-    assert claim["metadata"]["annotations"]["gpudock.layout"] == "home"
-    [pod] = cluster.objects("Pod", namespace)
-    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["seed-home"]
-    mounts = {
-        m["mountPath"]: m.get("subPath") for m in pod["spec"]["containers"][0]["volumeMounts"]
-    }
-    assert mounts["/root"] == "home" and mounts["/root/data"] == "data"
-    # Seeded from the image's /root; what the user adds there is kept.
-    cluster.exec(namespace, name, ["sh", "-c", "test -s /root/.bashrc && touch /root/sys"])
-    cluster.exec(namespace, name, ["sh", "-c", "echo kept > /root/data/f"])
-
-    instances.stop_instance(ctx, erin, created.id)
-    drain_until(kube_home, created.id, InstanceStatus.STOPPED)
-    instances.start_instance(ctx, erin, created.id)
-    drain_until(kube_home, created.id, InstanceStatus.RUNNING)
-    assert "sys" in cluster.exec(namespace, name, ["ls", "/root"]).split()
-    assert cluster.exec(namespace, name, ["ls", "-A", "/root/data"]).split() == ["f"]
-
-    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
-    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
-    cluster.evict_pod(namespace, name, "The node was low on resource: ephemeral-storage.")
-    moved = wait_for(
-        lambda: _running_on(kube_home, created.id, "gpu-b"), "the move to gpu-b", DEADLINE_S
-    )
-    assert moved.data_volume != claim["metadata"]["name"]  # a copy, laid out as its source
-    assert "sys" in cluster.exec(namespace, name, ["ls", "/root"]).split()
-    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "kept\n"
-
-
-def _running_on(platform: Platform, instance_id: str, node: str) -> InstanceModel | None:
-    platform.reconciler.drain()
-    with platform.ctx.sessions() as session:
-        row = session.get(InstanceModel, instance_id)
-        assert row is not None and row.status != InstanceStatus.FAILED, row.status_reason
-        if row.status != InstanceStatus.RUNNING or row.host_id is None:
-            return None
-        host = session.get(HostModel, row.host_id)
-        return row if host is not None and host.name == node else None
-
-
-def test_on_shared_storage_a_move_takes_the_same_claim_along(
-    kube_with: Callable[..., Platform], cluster: FakeKubeCluster
-) -> None:
-    kube = kube_with(kubernetes_shared_storage=True)
-    ctx = kube.ctx
-    fay = users.create_user(ctx, "fay").user
-    request = InstanceRequest(
-        gpu_model="A100-80GB", gpu_count=1, name="networked", image=TEST_IMAGE
-    )
-    created = instances.create_instance(ctx, fay, request)
-    first = drain_until(kube, created.id, InstanceStatus.RUNNING)
-    namespace = f"gpudock-{ctx.cluster_id}-u-{fay.id}"
-    name = containers.container_name(ctx.cluster_id, created.id)
-    cluster.exec(namespace, name, ["sh", "-c", "echo same > /root/data/f"])
-    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
-    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
-    cluster.evict_pod(namespace, name, "The node was low on resource: memory.")
-    moved = wait_for(lambda: _running_on(kube, created.id, "gpu-b"), "the move", DEADLINE_S)
-    assert moved.data_volume == first.data_volume  # no copy: the claim attaches on gpu-b
-    [claim] = cluster.objects("PersistentVolumeClaim", namespace)
-    assert claim["metadata"]["name"] == first.data_volume
-    helpers = [e for e in cluster.objects("Event", namespace) if "-move" in str(e)]
-    assert helpers == []  # no helper pod ran
-    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "same\n"
 
 
 def test_without_hami_a_share_gets_the_smallest_mig_slice_that_holds_it(

@@ -29,8 +29,11 @@ NODES = by_kind("Node")
 
 
 class FakeKubeCluster:
-    def __init__(self, docker_api: docker.APIClient | None = None) -> None:
-        """`docker_api`: run pods as containers on that engine (None: pods stay Pending)."""
+    def __init__(
+        self, docker_api: docker.APIClient | None = None, *, local_volumes: bool = False
+    ) -> None:
+        """`docker_api`: run pods as containers on that engine (None: pods stay
+        Pending); `local_volumes`: claims are node-local storage (`DockerKubelet`)."""
         self.store = Store()
         self.token = secrets.token_hex(16)
         self.name = secrets.token_hex(4)  # labels this cluster's containers and volumes
@@ -43,7 +46,11 @@ class FakeKubeCluster:
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._listener]}, name="kfake-apiserver"
         )
-        self.kubelet = DockerKubelet(self.store, docker_api, self.name) if docker_api else None
+        self.kubelet = (
+            DockerKubelet(self.store, docker_api, self.name, local_volumes=local_volumes)
+            if docker_api
+            else None
+        )
 
     def __enter__(self) -> FakeKubeCluster:
         self._thread.start()

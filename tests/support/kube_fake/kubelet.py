@@ -31,56 +31,44 @@ from typing import Any
 import docker
 import docker.errors
 
+from tests.support.kube_fake.containers import (
+    LABEL_FAKE,
+    LABEL_POD,
+    ContainerArguments,
+    quantity,
+    volume_of_claim,
+)
 from tests.support.kube_fake.statuses import ApiError
 from tests.support.kube_fake.store import Obj, Store, by_kind, now_rfc3339
 
 RELIST_S = 0.5
-LABEL_FAKE = "kfake.cluster"
-LABEL_POD = "kfake.pod"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"  # a claim's node, once bound
 LABEL_INIT = "kfake.init"  # an init container's: the pod's uid
 INIT_TIMEOUT_S = 120
 log = logging.getLogger(__name__)
 
-CONFIG_MAPS = by_kind("ConfigMap")
 PODS, NODES, CLAIMS, EVENTS = (
     by_kind(k) for k in ("Pod", "Node", "PersistentVolumeClaim", "Event")
 )
 
 
-def quantity(text: str | int | float) -> float:
-    """A Kubernetes quantity ('500m', '2', '8Gi', '1G') as a number."""
-    text = str(text)
-    suffixes = {
-        "Ki": 2**10,
-        "Mi": 2**20,
-        "Gi": 2**30,
-        "Ti": 2**40,
-        "k": 1e3,
-        "M": 1e6,
-        "G": 1e9,
-        "T": 1e12,
-        "m": 1e-3,
-    }
-    for suffix, factor in suffixes.items():
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * factor
-    return float(text)
-
-
-def volume_of_claim(cluster: str, namespace: str, claim: str) -> str:
-    return f"kfake-{cluster}-{namespace}-{claim}"
-
-
 class DockerKubelet:
-    def __init__(self, store: Store, api: docker.APIClient, cluster: str) -> None:
+    def __init__(
+        self, store: Store, api: docker.APIClient, cluster: str, *, local_volumes: bool = False
+    ) -> None:
+        """`local_volumes`: a claim is node-local storage (as local-path or a
+        local PV): bound to the node of the first pod that mounts it, and a pod
+        on another node cannot mount it (it waits, `FailedMount`)."""
         self.store, self.api, self.cluster = store, api, cluster
+        self.local_volumes = local_volumes
+        self._stuck: set[str] = set()  # pods whose claims are on other nodes
         self._stop = threading.Event()
         self._busy: set[str] = set()  # pod uids with a slow step (create, stop) under way
         self._messages: dict[str, str] = {}  # container id → its termination message
         self._lock = threading.Lock()
         self._workers = concurrent.futures.ThreadPoolExecutor(8, "kfake-kubelet")
         self._thread = threading.Thread(target=self._loop, name="kfake-kubelet", daemon=True)
-        self._cpus = int(api.info().get("NCPU", 1))
+        self._containers = ContainerArguments(store, api, cluster)
 
     def start(self) -> None:
         self._thread.start()
@@ -134,7 +122,11 @@ class DockerKubelet:
                 continue
             if pod["metadata"].get("deletionTimestamp"):
                 self._in_background(uid, self._terminate, pod, containers.get(uid))
-            elif uid not in containers and pod["status"].get("phase") == "Pending":
+            elif (
+                uid not in containers
+                and pod["status"].get("phase") == "Pending"
+                and uid not in self._stuck
+            ):
                 self._in_background(uid, self._run, pod)
             elif uid in containers:
                 self._follow(pod, containers[uid])
@@ -185,10 +177,12 @@ class DockerKubelet:
             )
             self._event(pod, "Warning", "ErrImageNeverPull", message)
             return
+        if self.local_volumes and not self._claims_mountable(pod):
+            return
         if not self._initialised(pod):
             return
         try:
-            created = self.api.create_container(**self._create_arguments(pod, container))
+            created = self.api.create_container(**self._containers.arguments(pod, container))
             self.api.start(created["Id"])
         except docker.errors.APIError as exc:
             message = str(exc.explanation or exc)
@@ -201,12 +195,42 @@ class DockerKubelet:
         self._event(pod, "Normal", "Started", f"Started container {container['name']}")
         self._follow(pod, {"Id": created["Id"]})
 
+    def _claims_mountable(self, pod: Obj) -> bool:
+        """Bind the pod's unbound claims to its node; False (the pod waits, as a
+        real kubelet's would) if one is bound to another node."""
+        meta, node = pod["metadata"], pod["spec"]["nodeName"]
+        for volume in pod["spec"].get("volumes") or []:
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim is None:
+                continue
+            found = self.store.get(CLAIMS, meta["namespace"], claim)
+            bound = (found["metadata"].get("annotations") or {}).get(SELECTED_NODE)
+            if bound is not None and bound != node:
+                self._stuck.add(meta["uid"])
+                message = (
+                    f'MountVolume.NodeAffinity check failed for volume "{claim}" : '
+                    f"no matching NodeSelectorTerms (it is on {bound})"
+                )
+                waiting = {"waiting": {"reason": "ContainerCreating"}}
+                status = self._container_status(pod["spec"]["containers"][0], waiting)
+                self._set_status(pod, {"containerStatuses": [status]})
+                self._event(pod, "Warning", "FailedMount", message)
+                return False
+            if bound is None:
+
+                def bind(current: Obj, on: str = node) -> Obj:
+                    current["metadata"].setdefault("annotations", {})[SELECTED_NODE] = on
+                    return current
+
+                self.store.update(CLAIMS, meta["namespace"], claim, bind)
+        return True
+
     def _initialised(self, pod: Obj) -> bool:
         """Run the pod's init containers in order, each to its end; False (the
         pod Failed, as with `restartPolicy: Never`) once one exits non-zero."""
         statuses: list[Obj] = []
         for init in pod["spec"].get("initContainers") or []:
-            arguments = self._create_arguments(pod, init)
+            arguments = self._containers.arguments(pod, init)
             arguments["labels"] = {LABEL_FAKE: self.cluster, LABEL_INIT: pod["metadata"]["uid"]}
             made = self.api.create_container(**arguments)
             try:
@@ -313,78 +337,6 @@ class DockerKubelet:
                     f"requested: {wanted:g}, used: {used:g}, capacity: {have:g}",
                 )
         return None
-
-    def _create_arguments(self, pod: Obj, container: Obj) -> dict[str, Any]:
-        spec, meta = pod["spec"], pod["metadata"]
-        limits = (container.get("resources") or {}).get("limits") or {}
-        security = container.get("securityContext") or {}
-        capabilities = security.get("capabilities") or {}
-        binds: dict[str, dict[str, str]] = {}
-        tmpfs: dict[str, str] = {}
-        volumes = {v["name"]: v for v in spec.get("volumes") or []}
-        for mount in container.get("volumeMounts") or []:
-            volume = volumes[mount["name"]]
-            if "persistentVolumeClaim" in volume:
-                claim = volume["persistentVolumeClaim"]["claimName"]
-                self.store.get(CLAIMS, meta["namespace"], claim)  # a missing claim: no start
-                name = volume_of_claim(self.cluster, meta["namespace"], claim)
-                self.api.create_volume(name, labels={LABEL_FAKE: self.cluster})
-                if mount.get("subPath"):  # the engine is local: a directory of the volume
-                    sub_path = Path(self.api.inspect_volume(name)["Mountpoint"], mount["subPath"])
-                    sub_path.mkdir(parents=True, exist_ok=True)
-                    name = str(sub_path)
-                binds[name] = {
-                    "bind": mount["mountPath"],
-                    "mode": "ro" if mount.get("readOnly") else "rw",
-                }
-            elif "configMap" in volume:
-                source = self._config_map_file(meta, volume, mount)
-                binds[source] = {"bind": mount["mountPath"], "mode": "ro"}
-            elif (volume.get("emptyDir") or {}).get("medium") == "Memory":
-                size = volume["emptyDir"].get("sizeLimit")
-                tmpfs[mount["mountPath"]] = f"size={int(quantity(size))}" if size else ""
-        security_opt = []
-        if security.get("allowPrivilegeEscalation") is False:
-            security_opt.append("no-new-privileges:true")
-        if ((security.get("seccompProfile") or {}).get("type")) == "Unconfined":
-            security_opt.append("seccomp=unconfined")
-        host_config = self.api.create_host_config(
-            privileged=bool(security.get("privileged")),
-            cap_drop=capabilities.get("drop") or None,
-            cap_add=capabilities.get("add") or None,
-            security_opt=security_opt or None,
-            binds=binds or None,
-            tmpfs=tmpfs or None,
-            # The engine refuses more CPUs than it has: one machine plays every node.
-            nano_cpus=int(min(quantity(limits["cpu"]), self._cpus) * 1e9)
-            if "cpu" in limits
-            else None,
-            mem_limit=int(quantity(limits["memory"])) if "memory" in limits else None,
-        )
-        return {
-            "image": container["image"],
-            "entrypoint": container.get("command"),
-            "command": container.get("args"),
-            "environment": {e["name"]: e.get("value", "") for e in container.get("env") or []},
-            "hostname": spec.get("hostname") or meta["name"][:63],
-            "name": f"kfake-{self.cluster}-{meta['namespace']}-{meta['name']}-{container['name']}",
-            "labels": {LABEL_FAKE: self.cluster, LABEL_POD: meta["uid"]},
-            "host_config": host_config,
-            "detach": True,
-        }
-
-    def _config_map_file(self, meta: Obj, volume: Obj, mount: Obj) -> str:
-        """The config map's key `mount.subPath` names, as a file on this host
-        (the engine is local) for a read-only bind mount."""
-        config_map = self.store.get(CONFIG_MAPS, meta["namespace"], volume["configMap"]["name"])
-        paths = {i["path"]: i["key"] for i in volume["configMap"].get("items") or []}
-        key = paths.get(mount.get("subPath", ""), mount.get("subPath", ""))
-        directory = Path(tempfile.gettempdir()) / f"kfake-{self.cluster}" / meta["uid"]
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / key
-        target.write_text((config_map.get("data") or {}).get(key, ""))
-        target.chmod(0o644)
-        return str(target)
 
     # -- status --------------------------------------------------------------
     def _follow(self, pod: Obj, summary: dict[str, Any]) -> None:

@@ -70,6 +70,23 @@ def helper_pod(
     }
 
 
+def holder_pod(
+    name: str, labels: dict[str, str], image: str, claim: str, mount: str, node: str
+) -> Obj:
+    """A pod on `node` that only holds `claim` mounted at `mount` (read-only at
+    /from), for a copy streamed between two nodes (`runtime.kubernetes.streaming`)."""
+    made = helper_pod(name, labels, image, claim, claim, node)
+    spec = made["spec"]
+    spec["volumes"] = [spec["volumes"][0]]
+    container = spec["containers"][0]
+    container["command"] = ["sleep", "infinity"]
+    container.pop("terminationMessagePath")
+    container["volumeMounts"] = [
+        {"name": "from", "mountPath": mount, **({"readOnly": True} if mount == "/from" else {})}
+    ]
+    return made
+
+
 def copied_bytes(pod: Obj, helper_name: str, timeout_s: float) -> int:
     """What the ended helper reported; `RuntimeFailure` if it failed."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]

@@ -29,8 +29,8 @@ from gpudock.runtime.base import (
     PortSocket,
     VolumeState,
 )
-from gpudock.runtime.kubernetes import copies, manifests
-from gpudock.runtime.kubernetes.api import KubeApi, connect, translated
+from gpudock.runtime.kubernetes import copies, manifests, streaming
+from gpudock.runtime.kubernetes.api import KubeApi, Missing, connect, translated
 from gpudock.runtime.kubernetes.claims import KubeClaims
 from gpudock.runtime.kubernetes.exec import PodExecs
 from gpudock.runtime.kubernetes.pods import KubePods
@@ -70,6 +70,7 @@ class KubernetesRuntime:
         self._pods = KubePods(self._api, self._tenants, options, start_timeout_s)
         self._claims = KubeClaims(self._api, self._tenants, options, default_disk_gb)
         self._execs = PodExecs(self._api)
+        self._streams = streaming.ClaimStreams(self._pods, self._execs, copy_timeout_s)
         self._ports = PodPorts(self._api)
 
     def close(self) -> None:
@@ -153,19 +154,50 @@ class KubernetesRuntime:
         labels: dict[str, str],
         on_progress: Callable[[int, int], None] | None = None,
     ) -> int:
-        """A helper pod mirrors one claim into the other (`runtime.kubernetes.copies`)."""
-        # On the target's node: a claim that waits for its first consumer binds there.
+        """Between claims of two nodes whose source node is Ready: streamed from
+        a pod on each (`runtime.kubernetes.streaming`), which node-local storage
+        needs. Else one helper pod on the target's node mounts both and mirrors
+        one into the other (`runtime.kubernetes.copies`): network storage lets
+        it; a claim that cannot attach there leaves the helper waiting, and the
+        move waits with the kubelet's reason."""
         node = self._claims.labels_of(target).get(LABEL_HOST)
+        source_node = self._claims.labels_of(source).get(LABEL_HOST)
+        if node and source_node and node != source_node and self._node_ready(source_node):
+            copied = self._streams.copy(
+                streaming.Side(source, source_node),
+                streaming.Side(target, node),
+                image=image,
+                helper_name=helper_name,
+                labels=labels,
+                on_progress=on_progress,
+            )
+            self._claims.copy_layout(source, target)  # a home travels as a home
+            return copied
+        # On the target's node: a claim that waits for its first consumer binds there.
         manifest = copies.helper_pod(helper_name, labels, image, source, target, node)
-        with translated(f"copy volume {source} to {target}"):
-            ended = self._pods.run_to_end(manifest, self._copy_timeout_s)
-            meta = ended["metadata"]
+        meta = manifest["metadata"]
+        try:
+            self._pods.hold(manifest, f"the copy of {source} to node {node}")
+            with translated(f"copy volume {source} to {target}"):
+                ended = self._pods.until_ended(
+                    meta["namespace"], meta["name"], self._copy_timeout_s
+                )
+        finally:
             self._pods.remove_pod(meta["namespace"], meta["name"])
         copied = copies.copied_bytes(ended, helper_name, self._copy_timeout_s)
         self._claims.copy_layout(source, target)  # a home travels as a home
         if on_progress is not None:
             on_progress(copied, copied)
         return copied
+
+    def _node_ready(self, node: str) -> bool:
+        with translated(f"read node {node}"):
+            try:
+                found = self._api.call(self._api.core.read_node, node)
+            except Missing:
+                return False
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
     # -- containers (pods) ---------------------------------------------------
     def create_container(self, spec: ContainerSpec) -> ContainerState:

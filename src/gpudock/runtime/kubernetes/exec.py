@@ -155,6 +155,14 @@ class PodExecs:
         session.done.wait(timeout_s)
         return ExecResult(exit_code=session.exit_code or 0, output=output)
 
+    def finish(self, exec_id: str, timeout_s: float) -> int | None:
+        """The exit code once the process has ended (None if it has not within
+        `timeout_s`); the session is forgotten."""
+        session = self._sessions.pop(exec_id, None)
+        if session is None:
+            raise RuntimeFailure(f"no such exec: {exec_id}")
+        return session.exit_code if session.done.wait(timeout_s) else None
+
     def resize(self, exec_id: str, width: int, height: int) -> None:
         session = self._sessions.get(exec_id)
         if session is None or session.done.is_set():

@@ -219,15 +219,13 @@ class KubePods:
             )
         return [s for s in states.values() if has_labels(s.labels, labels)]
 
-    def run_to_end(self, manifest: Obj, timeout_s: float) -> Obj:
-        """Create the pod (a leftover of the same name goes first) and return it
-        once it has ended or `timeout_s` has passed; the caller removes it."""
-        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-        left = self._pod(namespace, name)
-        if left is not None:
-            self._delete_pod(namespace, name, grace_s=0)
-            self._wait_gone(namespace, name, left, REMOVAL_GRACE_S)
-        pod = self._api.call(self._api.core.create_namespaced_pod, namespace, manifest)
+    def until_ended(self, namespace: str, name: str, timeout_s: float) -> Obj:
+        """The pod once it has ended or `timeout_s` has passed; the caller removes it."""
+        pod = self._pod(namespace, name)
+        if pod is None:
+            raise RuntimeFailure(f"pod {namespace}/{name} was deleted while it ran")
+        if _ended(pod):
+            return pod
         for seen in self._events(namespace, name, pod, timeout_s):
             if seen is None:
                 break
@@ -235,6 +233,43 @@ class KubePods:
             if _ended(seen) or _refusal(seen) is not None:
                 break
         return pod
+
+    def hold(self, manifest: Obj, purpose: str) -> ContainerState:
+        """Create the pod (a leftover of the same name goes first) and wait until
+        its container runs: `RuntimeUnavailable` with the kubelet's last word
+        (a failed mount, a node that does not answer) after the start timeout."""
+        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        with translated(f"start a pod for {purpose}"):
+            left = self._pod(namespace, name)
+            if left is not None:
+                self._delete_pod(namespace, name, grace_s=0)
+                self._wait_gone(namespace, name, left, REMOVAL_GRACE_S)
+            pod = self._api.call(self._api.core.create_namespaced_pod, namespace, manifest)
+            try:
+                return self._wait_running(namespace, name, pod)
+            except RuntimeUnavailable as exc:
+                warning = self._last_warning(namespace, name)
+                node = manifest["spec"].get("nodeName", "its node")
+                raise RuntimeUnavailable(
+                    f"{purpose} is waiting: pod {name} on {node} does not run "
+                    f"({warning or exc.message})"
+                ) from exc
+
+    def _last_warning(self, namespace: str, name: str) -> str | None:
+        """The latest Warning event about the pod, as `reason: message`."""
+        try:
+            found = self._api.call(
+                self._api.core.list_namespaced_event,
+                namespace,
+                field_selector=f"involvedObject.name={name}",
+            )
+        except ApiException:
+            return None
+        warnings = [e for e in found.get("items") or [] if e.get("type") == "Warning"]
+        if not warnings:
+            return None
+        last = max(warnings, key=lambda e: str(e.get("lastTimestamp") or ""))
+        return f"{last.get('reason')}: {last.get('message', '')}".rstrip(": ")
 
     def remove_pod(self, namespace: str, name: str) -> None:
         self._delete_pod(namespace, name, grace_s=0)
