@@ -16,15 +16,12 @@ from sqlalchemy import select
 from gpudock.db.models import HostModel, InstanceModel, InstanceStatus, MigrationModel
 from gpudock.platform import Platform, default_runtime, open_platform
 from gpudock.reconcile import gpu_health
-from gpudock.services.accounts import users
 from gpudock.services.fleet import inventory
 from gpudock.services.instances import actions as instances
-from gpudock.services.instances import container_spec as containers
-from gpudock.services.instances.actions import InstanceRequest
 from gpudock.settings import Settings
 from tests.support.billing import compute_intervals
-from tests.support.kube_fake import TEST_IMAGE, FakeKubeCluster
-from tests.support.kube_fake.platforms import DEADLINE_S, drain_until, running_on
+from tests.support.kube_fake import FakeKubeCluster
+from tests.support.kube_fake.platforms import DEADLINE_S, drain_until, run_instance, running_on
 from tests.support.sshgw import wait_for
 
 pytestmark = pytest.mark.docker
@@ -34,12 +31,8 @@ def test_an_instance_on_a_lost_node_moves_to_another_with_its_data(
     kube: Platform, cluster: FakeKubeCluster
 ) -> None:
     ctx = kube.ctx
-    carol = users.create_user(ctx, "carol").user
-    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="mover", image=TEST_IMAGE)
-    created = instances.create_instance(ctx, carol, request)
-    drain_until(kube, created.id, InstanceStatus.RUNNING)
-    namespace = f"gpudock-{ctx.cluster_id}-u-{carol.id}"
-    name = containers.container_name(ctx.cluster_id, created.id)
+    started = run_instance(kube, "carol", "mover")
+    created, namespace, name = started.row, started.namespace, started.pod
     cluster.exec(namespace, name, ["sh", "-c", "echo travels > /root/data/f"])
     cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
     inventory.sync_inventory(ctx, ctx.gpu_source.discover())
@@ -63,12 +56,8 @@ def test_an_evicted_pod_moves_its_instance_off_that_node_with_its_data(
     kube: Platform, cluster: FakeKubeCluster
 ) -> None:
     ctx = kube.ctx
-    dave = users.create_user(ctx, "dave").user
-    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="evictee", image=TEST_IMAGE)
-    created = instances.create_instance(ctx, dave, request)
-    drain_until(kube, created.id, InstanceStatus.RUNNING)
-    namespace = f"gpudock-{ctx.cluster_id}-u-{dave.id}"
-    name = containers.container_name(ctx.cluster_id, created.id)
+    started = run_instance(kube, "dave", "evictee")
+    created, namespace, name = started.row, started.namespace, started.pod
     cluster.exec(namespace, name, ["sh", "-c", "echo survives > /root/data/f"])
     cluster.evict_pod(namespace, name, "The node was low on resource: memory.")
 
@@ -109,12 +98,8 @@ def test_with_the_home_option_root_survives_a_stop_and_a_move(
     kube_home: Platform, cluster: FakeKubeCluster
 ) -> None:
     ctx = kube_home.ctx
-    erin = users.create_user(ctx, "erin").user
-    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="homely", image=TEST_IMAGE)
-    created = instances.create_instance(ctx, erin, request)
-    drain_until(kube_home, created.id, InstanceStatus.RUNNING)
-    namespace = f"gpudock-{ctx.cluster_id}-u-{erin.id}"
-    name = containers.container_name(ctx.cluster_id, created.id)
+    started = run_instance(kube_home, "erin", "homely")
+    created, namespace, name = started.row, started.namespace, started.pod
     [claim] = cluster.objects("PersistentVolumeClaim", namespace)
     assert claim["metadata"]["annotations"]["gpudock.layout"] == "home"
     [pod] = cluster.objects("Pod", namespace)
@@ -127,9 +112,9 @@ def test_with_the_home_option_root_survives_a_stop_and_a_move(
     cluster.exec(namespace, name, ["sh", "-c", "test -s /root/.bashrc && touch /root/sys"])
     cluster.exec(namespace, name, ["sh", "-c", "echo kept > /root/data/f"])
 
-    instances.stop_instance(ctx, erin, created.id)
+    instances.stop_instance(ctx, started.user, created.id)
     drain_until(kube_home, created.id, InstanceStatus.STOPPED)
-    instances.start_instance(ctx, erin, created.id)
+    instances.start_instance(ctx, started.user, created.id)
     drain_until(kube_home, created.id, InstanceStatus.RUNNING)
     assert "sys" in cluster.exec(namespace, name, ["ls", "/root"]).split()
     assert cluster.exec(namespace, name, ["ls", "-A", "/root/data"]).split() == ["f"]
@@ -150,19 +135,13 @@ def test_on_shared_storage_a_move_takes_the_same_claim_along(
 ) -> None:
     kube = kube_with(kubernetes_shared_storage=True)
     ctx = kube.ctx
-    fay = users.create_user(ctx, "fay").user
-    request = InstanceRequest(
-        gpu_model="A100-80GB", gpu_count=1, name="networked", image=TEST_IMAGE
-    )
-    created = instances.create_instance(ctx, fay, request)
-    first = drain_until(kube, created.id, InstanceStatus.RUNNING)
-    namespace = f"gpudock-{ctx.cluster_id}-u-{fay.id}"
-    name = containers.container_name(ctx.cluster_id, created.id)
+    started = run_instance(kube, "fay", "networked")
+    first, namespace, name = started.row, started.namespace, started.pod
     cluster.exec(namespace, name, ["sh", "-c", "echo same > /root/data/f"])
     cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
     inventory.sync_inventory(ctx, ctx.gpu_source.discover())
     cluster.evict_pod(namespace, name, "The node was low on resource: memory.")
-    moved = wait_for(lambda: running_on(kube, created.id, "gpu-b"), "the move", DEADLINE_S)
+    moved = wait_for(lambda: running_on(kube, first.id, "gpu-b"), "the move", DEADLINE_S)
     assert moved.data_volume == first.data_volume  # no copy: the claim attaches on gpu-b
     [claim] = cluster.objects("PersistentVolumeClaim", namespace)
     assert claim["metadata"]["name"] == first.data_volume
@@ -196,16 +175,12 @@ def test_on_node_local_storage_a_move_streams_the_data_or_waits_for_its_node(
 
 def _stream_then_wait(kube: Platform, cluster: FakeKubeCluster) -> None:
     ctx = kube.ctx
-    hal = users.create_user(ctx, "hal").user
-    request = InstanceRequest(gpu_model="A100-80GB", gpu_count=1, name="local", image=TEST_IMAGE)
-    created = instances.create_instance(ctx, hal, request)
-    first = drain_until(kube, created.id, InstanceStatus.RUNNING)
+    started = run_instance(kube, "hal", "local")
+    created, namespace, name = started.row, started.namespace, started.pod
     with ctx.sessions() as session:
-        here = session.get(HostModel, first.host_id)
+        here = session.get(HostModel, created.host_id)
         assert here is not None
     there = "gpu-b" if here.name == "gpu-a" else "gpu-a"
-    namespace = f"gpudock-{ctx.cluster_id}-u-{hal.id}"
-    name = containers.container_name(ctx.cluster_id, created.id)
     script = "mkdir -p /root/data/d && echo local > /root/data/d/f && chmod 640 /root/data/d/f"
     cluster.exec(namespace, name, ["sh", "-c", script])
 
