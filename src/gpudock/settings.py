@@ -231,6 +231,12 @@ class Settings(BaseSettings):
     health_check_interval_s: float = Field(default=10.0, gt=0)
 
     # -- GPU health and migration ---------------------------------
+    inventory_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often to read the hosts again where they come and go (a Kubernetes "
+        "cluster's nodes): a new node is placed on, a cordoned one no longer.",
+    )
     gpu_health_interval_s: float = Field(
         default=2.0, gt=0, description="How often to poll the GPUs' health (NVML events)."
     )

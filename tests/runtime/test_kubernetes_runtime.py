@@ -32,7 +32,7 @@ from gpudock.services.instances import actions as instances
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.actions import InstanceRequest
 from tests.support.kube_fake import TEST_IMAGE, FakeKubeCluster
-from tests.support.kube_fake.platforms import DEADLINE_S, drain_until
+from tests.support.kube_fake.platforms import DEADLINE_S, drain_until, run_instance
 from tests.support.sshgw import wait_for
 
 pytestmark = pytest.mark.docker
@@ -319,3 +319,26 @@ def test_without_hami_a_share_gets_the_smallest_mig_slice_that_holds_it(
         asked[name] = sorted(k for k in limits if k.startswith("nvidia.com/mig-"))
     # A quarter needs 2 of 7 compute slices and 20 GB: 3g.40gb; a tenth fits 1g.10gb.
     assert asked == {"quarter": ["nvidia.com/mig-3g.40gb"], "tenth": ["nvidia.com/mig-1g.10gb"]}
+
+
+def test_a_node_that_joins_is_placed_on_and_a_cordoned_one_no_longer(
+    kube: Platform, cluster: FakeKubeCluster
+) -> None:
+    def present() -> set[str]:
+        kube.reconciler.make_due("inventory")
+        kube.reconciler.tick()
+        with kube.ctx.sessions() as session:
+            hosts = session.scalars(select(HostModel).where(HostModel.present.is_(True)))
+            return {h.name for h in hosts}
+
+    assert present() == {"gpu-a"}
+    cluster.add_node("gpu-b", gpus=1, product="NVIDIA-A100-SXM4-80GB")
+    assert present() == {"gpu-a", "gpu-b"}  # no restart: read again while it runs
+    cluster.cordon("gpu-a")
+    assert present() == {"gpu-b"}
+    started = run_instance(kube, "ivy", "newcomer")
+    with kube.ctx.sessions() as session:
+        host = session.get(HostModel, started.row.host_id)
+        assert host is not None and host.name == "gpu-b"
+    cluster.cordon("gpu-a", False)
+    assert present() == {"gpu-a", "gpu-b"}

@@ -86,6 +86,11 @@ class GpuUtilisation:
 
 
 class GpuSource(Protocol):
+    # True where hosts join and leave while the server runs (a cluster's nodes,
+    # cordoned and uncordoned): the inventory is read again every
+    # `GPUDOCK_INVENTORY_INTERVAL_S`. A host's own GPUs are read once at start.
+    hosts_change: bool
+
     def discover(self) -> list[HostInfo]:
         """Return every host this source knows, with its GPUs.
 

@@ -125,6 +125,8 @@ def lost_gpus(node: Obj, gpu_resource: str) -> list[HealthEvent]:
 class KubernetesNodeSource:
     """Implements `GpuSource` over a cluster's nodes."""
 
+    hosts_change = True  # nodes join, leave, are cordoned
+
     def __init__(self, core: CoreV1Api, gpu_resource: str = GPU_RESOURCE) -> None:
         self._core, self._gpu_resource = core, gpu_resource
 

@@ -85,6 +85,8 @@ class _Links:
 class NvmlGpuSource:
     """Implements `GpuSource` for the local host by asking NVML."""
 
+    hosts_change = False
+
     def __init__(self, nvml: ModuleType | None = None, host_name: str | None = None) -> None:
         self._nvml = nvml
         self._host_name = host_name

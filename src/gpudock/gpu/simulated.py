@@ -75,6 +75,8 @@ def parse_fleet_spec(spec: str) -> list[FleetPart]:
 class SimulatedGpuSource:
     """Implements `GpuSource` over a parsed fleet spec."""
 
+    hosts_change = False
+
     def __init__(self, spec: str) -> None:
         self._hosts = _build_hosts(parse_fleet_spec(spec))
 

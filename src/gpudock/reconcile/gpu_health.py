@@ -19,6 +19,7 @@ from gpudock.db.models import (
 from gpudock.errors import GpudockError
 from gpudock.gpu.xid import Action
 from gpudock.services.context import ServiceContext
+from gpudock.services.fleet import inventory
 from gpudock.services.fleet import moves as migration
 from gpudock.services.fleet.gpu_health import (
     DRAINING_ACTIONS,
@@ -51,6 +52,18 @@ def health_pass(ctx: ServiceContext, watch: HealthWatch) -> None:
     for event in events:
         record_fault(ctx, event, "nvml")
     _watch_runtime(ctx, watch)
+
+
+def refresh_inventory(ctx: ServiceContext) -> None:
+    """Read the hosts again (`GpuSource.hosts_change`): a new one takes
+    placements, one that left (or was cordoned) takes none; what runs on it
+    stays and is watched as before."""
+    try:
+        hosts = ctx.gpu_source.discover()
+    except GpudockError as exc:
+        log.warning("inventory not read: %s", exc)
+        return
+    inventory.sync_inventory(ctx, hosts)
 
 
 def converge(ctx: ServiceContext) -> None:

@@ -130,6 +130,17 @@ class Reconciler:
             _Pass(
                 "liveness", lambda: liveness.check_running(ctx), settings.health_check_interval_s
             ),
+            *(
+                [
+                    _Pass(
+                        "inventory",
+                        lambda: gpu_health.refresh_inventory(ctx),
+                        settings.inventory_interval_s,
+                    )
+                ]
+                if ctx.gpu_source.hosts_change
+                else []
+            ),
             _Pass(
                 "system disks",
                 lambda: system_disks.check_system_disks(ctx, disk_watch),

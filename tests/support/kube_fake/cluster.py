@@ -149,6 +149,15 @@ class FakeKubeCluster:
 
         self.store.update(NODES, "", name, change)
 
+    def cordon(self, name: str, cordoned: bool = True) -> None:
+        """`kubectl cordon` (`uncordon` with False): no new pods there."""
+
+        def change(node: Obj) -> Obj:
+            node["spec"]["unschedulable"] = cordoned
+            return node
+
+        self.store.update(NODES, "", name, change)
+
     def set_node_ready(self, name: str, ready: bool) -> None:
         def change(node: Obj) -> Obj:
             node["status"]["conditions"] = [_ready_condition(ready)]
