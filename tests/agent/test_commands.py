@@ -346,7 +346,7 @@ def test_every_runtime_method_is_a_call_over_the_link_or_named_as_not_one() -> N
     protocol = {name for name in vars(Runtime) if not name.startswith("_")}
     assert set(calls.METHODS) <= protocol
     # Exec streams and port sockets have channels of their own; builds and host
-    # PIDs do not cross the link.
+    # PIDs do not cross the link, nor where volumes attach (an agent's are its own).
     not_calls = protocol - set(calls.METHODS)
     assert not_calls == {
         "build_image",
@@ -355,6 +355,7 @@ def test_every_runtime_method_is_a_call_over_the_link_or_named_as_not_one() -> N
         "exec_exit_code",
         "port_socket",
         "container_of_pid",
+        "volumes_reach_every_host",
     }
     for name in protocol:
         assert callable(getattr(LinkRuntime, name)), name

@@ -19,7 +19,14 @@ from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.platform import Platform
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.link import LinkRuntime
-from gpudock.runtime.transfer import CHUNK, FRAME, StreamDigest, stream_digest
+from gpudock.runtime.transfer import (
+    CHUNK,
+    FRAME,
+    ImageMove,
+    StreamDigest,
+    image_spool_name,
+    stream_digest,
+)
 from gpudock.services.agents import hosts
 from gpudock.services.agents.hosts import AgentHost
 from tests.support.agents import LinkRig, join_parts
@@ -211,6 +218,31 @@ def test_an_image_goes_from_one_host_to_the_other_as_a_save_and_load(pair: _Pair
     assert pair.engine.image_present("gpudock/base:bookworm")
     with pytest.raises(RuntimeFailure, match="gpudock-test/no-such:image"):
         pair.runtime("box-a").copy_image_to(pair.runtime("box-b"), "gpudock-test/no-such:image")
+
+
+def test_an_image_move_cut_short_resumes_where_the_destinations_spool_ends(
+    pair: _Pair,
+) -> None:
+    ref = "gpudock/base:bookworm"
+    whole = b"".join(pair.engine.save_image(ref))  # `docker save` comes out the same each time
+    kept = len(whole) // 2
+    spool = pair.rig.state_dir("b") / "transfers" / image_spool_name(ImageMove(ref=ref))
+    spool.parent.mkdir(parents=True, exist_ok=True)
+    spool.write_bytes(whole[:kept])  # what a move cut short left at the destination
+    progress: list[int] = []
+    sent = pair.runtime("box-a").copy_image_to(pair.runtime("box-b"), ref, None, progress.append)
+    assert len(whole) - kept < sent < len(whole) - kept + _frames(len(whole))  # the rest only
+    assert progress and progress[-1] == len(whole)  # the destination holds all of it
+    assert pair.engine.image_present(ref) and not spool.exists()
+
+
+def test_kept_image_bytes_that_are_not_the_stream_are_sent_again(pair: _Pair) -> None:
+    ref = "gpudock/base:bookworm"
+    spool = pair.rig.state_dir("b") / "transfers" / image_spool_name(ImageMove(ref=ref))
+    spool.parent.mkdir(parents=True, exist_ok=True)
+    spool.write_bytes(b"\0" * 4096)  # not the save's first bytes: the load of them fails
+    sent = pair.runtime("box-a").copy_image_to(pair.runtime("box-b"), ref, None, lambda _: None)
+    assert sent > 10 * MIB and not spool.exists()
 
 
 def test_the_stream_digest_is_the_same_however_the_bytes_are_fed() -> None:

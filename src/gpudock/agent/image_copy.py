@@ -1,14 +1,15 @@
-"""An image to or from another host, the agent's ends (`runtime.transfer`):
-`docker save` of it on stdout, or stdin into `docker load`. The engine's calls
-block, so they run in threads; a bounded queue between the channel and the
-load keeps memory flat (SSH's window holds the sender back meanwhile)."""
+"""An image to or from another host, the agent's ends (`runtime.transfer`), over
+the framed, resumable stream of `agent.framed`: `docker save` of it framed on
+stdout, or the frames spooled and fed into `docker load` as they land. The
+engine's calls block, so they run in threads; a bounded queue between the
+frames and the load keeps memory flat (SSH's window holds the sender back)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import queue
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -16,15 +17,22 @@ from typing import Protocol, runtime_checkable
 import asyncssh
 from pydantic import ValidationError
 
+from gpudock.agent import framed
 from gpudock.agent.image_delta import without_layers
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime.base import Runtime
 from gpudock.runtime.calls import InstanceScope
-from gpudock.runtime.transfer import CHUNK, LOAD_COMMAND, SAVE_COMMAND, ImageMove
+from gpudock.runtime.transfer import (
+    IMAGE_RECEIVE_COMMAND,
+    IMAGE_SEND_COMMAND,
+    ImageMove,
+    ImageSend,
+    ReceiveReport,
+    image_spool_name,
+)
 
 log = logging.getLogger(__name__)
-FAILED = 1
-QUEUED = 16  # chunks between the channel and the engine's load
+QUEUED = 16  # chunks between the frames and the engine's load
 
 
 @runtime_checkable
@@ -35,7 +43,7 @@ class ImageStreams(Protocol):
 
 
 def handles(command: str) -> bool:
-    return command.startswith((SAVE_COMMAND, LOAD_COMMAND))
+    return command.startswith((IMAGE_SEND_COMMAND, IMAGE_RECEIVE_COMMAND))
 
 
 async def serve(
@@ -45,48 +53,101 @@ async def serve(
     spool_dir: Path,
 ) -> None:
     command = str(process.command)
-    saving = command.startswith(SAVE_COMMAND)
+    sending = command.startswith(IMAGE_SEND_COMMAND)
     try:
         if not isinstance(runtime, ImageStreams):
             raise RuntimeFailure("this agent's engine cannot save or load images")
-        move = ImageMove.model_validate_json(
-            command[len(SAVE_COMMAND if saving else LOAD_COMMAND) :]
-        )
-        if move.scope is not None:
-            admit(move.scope)
-        if saving:
-            await _save(runtime, move, process, spool_dir)
+        if sending:
+            send = ImageSend.model_validate_json(command[len(IMAGE_SEND_COMMAND) :])
+            if send.move.scope is not None:
+                admit(send.move.scope)
+            await _send(runtime, send, process, spool_dir)
         else:
-            await _load(runtime, process)
+            move = ImageMove.model_validate_json(command[len(IMAGE_RECEIVE_COMMAND) :])
+            if move.scope is not None:
+                admit(move.scope)
+            await framed.receive_stream(
+                process,
+                spool_dir / image_spool_name(move),
+                lambda: _Loader(runtime, move.ref),
+                f"image {move.ref}",
+            )
     except (RuntimeFailure, ValidationError, OSError) as exc:
         log.warning("image transfer failed: %s", exc)
-        process.stderr.write(str(exc).encode())
-        process.exit(FAILED)
-        return
-    process.exit(0)
+        if sending:  # stdout is the frames: the error goes on stderr
+            process.stderr.write(str(exc).encode())
+        else:
+            await framed.report(process, ReceiveReport(error=str(exc)))
+        process.exit(framed.FAILED)
 
 
-async def _save(
+async def _send(
     runtime: ImageStreams,
-    move: ImageMove,
+    send: ImageSend,
     process: asyncssh.SSHServerProcess[bytes],
     spool_dir: Path,
 ) -> None:
+    move = send.move
     chunks = await asyncio.to_thread(runtime.save_image, move.ref)
     if move.omit_layers:  # the destination holds those: their files stay here
         chunks = without_layers(chunks, set(move.omit_layers), spool_dir)
-    while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
-        process.stdout.write(chunk)
-        await process.stdout.drain()
+    # A read under way when the link goes ends by itself: the engine's save streams on.
+    sent = await framed.send_stream(process, _Pieces(chunks), send.resume_at, lambda: None)
+    if sent is not None:
+        await framed.end_stream(process, *sent)
 
 
-async def _load(runtime: ImageStreams, process: asyncssh.SSHServerProcess[bytes]) -> None:
-    pending: queue.Queue[bytes | None] = queue.Queue(QUEUED)
-    loading = asyncio.ensure_future(asyncio.to_thread(runtime.load_image, iter(pending.get, None)))
-    try:
-        while data := await process.stdin.read(CHUNK):
-            await asyncio.to_thread(pending.put, data)
-    finally:
-        await asyncio.to_thread(pending.put, None)
-    with contextlib.suppress(asyncio.CancelledError):
-        await loading
+class _Pieces:
+    """`read(n)` over an iterator of chunks of any size."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks, self._held = chunks, bytearray()
+
+    def read(self, size: int, /) -> bytes:
+        while len(self._held) < size and (chunk := next(self._chunks, None)) is not None:
+            self._held += chunk
+        taken = bytes(self._held[:size])
+        del self._held[:size]
+        return taken
+
+
+class _Loader:
+    """`docker load` in a thread of its own, fed through a bounded queue; a
+    load that fails early drops the rest of what is written."""
+
+    def __init__(self, runtime: ImageStreams, ref: str) -> None:
+        self._ref = ref
+        self._queue: queue.Queue[bytes | None] = queue.Queue(QUEUED)
+        self._failure: Exception | None = None
+        self._ended = False
+        self._thread = threading.Thread(
+            target=self._load, args=(runtime,), name="gpudock-image-load", daemon=True
+        )
+        self._thread.start()
+
+    def _chunks(self) -> Iterator[bytes]:
+        while (chunk := self._queue.get()) is not None:
+            yield chunk
+        self._ended = True
+
+    def _load(self, runtime: ImageStreams) -> None:
+        try:
+            runtime.load_image(self._chunks())
+        except Exception as exc:  # the engine's words, told at `finish`
+            self._failure = exc
+        finally:
+            while not self._ended:  # writers must never wait on a load that stopped
+                self._ended = self._queue.get() is None
+
+    def write(self, data: bytes) -> None:
+        self._queue.put(data)
+
+    def finish(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._failure is not None:
+            raise RuntimeFailure(f"could not load image {self._ref}: {self._failure}")
+
+    def abort(self) -> None:
+        self._queue.put(None)
+        self._thread.join()

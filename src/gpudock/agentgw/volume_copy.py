@@ -1,6 +1,7 @@
-"""A data volume from one agent host to another, relayed here (`runtime.transfer`).
+"""A framed stream from one agent host to another, relayed here
+(`runtime.transfer`, `agent.framed`): a data volume, or an image.
 
-`relay_volume` asks the destination where to resume, asks the source for the
+`relay_stream` asks the destination where to resume, asks the source for the
 stream from there, and pipes one into the other (SSH's per-channel windows are
 the flow control at both ends). The destination's reports are progress; a
 frame it refused, or a link that dropped, is asked again from the point the
@@ -36,6 +37,15 @@ STALL_S = 20.0  # a try that moves nothing this long is given up and resumed
 
 
 @dataclass(frozen=True)
+class StreamRoute:
+    source_conn: asyncssh.SSHClientConnection
+    target_conn: asyncssh.SSHClientConnection
+    receive_command: str
+    send_command: Callable[[int], str]  # the source's, from a resume point
+    what: str  # in messages: "volume X", "image Y"
+
+
+@dataclass(frozen=True)
 class VolumeRoute:
     source_conn: asyncssh.SSHClientConnection
     target_conn: asyncssh.SSHClientConnection
@@ -43,8 +53,27 @@ class VolumeRoute:
     target_volume: str
     scope: InstanceScope | None
 
+    def stream(self) -> StreamRoute:
+        receive = VolumeReceive(volume=self.target_volume, scope=self.scope)
+
+        def send(resume_at: int) -> str:
+            request = VolumeSend(volume=self.source_volume, resume_at=resume_at, scope=self.scope)
+            return SEND_COMMAND + request.model_dump_json()
+
+        return StreamRoute(
+            self.source_conn,
+            self.target_conn,
+            RECEIVE_COMMAND + receive.model_dump_json(),
+            send,
+            f"volume {self.source_volume}",
+        )
+
 
 async def relay_volume(route: VolumeRoute, on_progress: Callable[[int], None]) -> VolumeCopied:
+    return await relay_stream(route.stream(), on_progress)
+
+
+async def relay_stream(route: StreamRoute, on_progress: Callable[[int], None]) -> VolumeCopied:
     sent = 0
     resumed: list[int] = []
     failures = 0
@@ -57,66 +86,59 @@ async def relay_volume(route: VolumeRoute, on_progress: Callable[[int], None]) -
         failures = 0 if moved else failures + 1
         if failures >= ATTEMPTS:
             raise RuntimeUnavailable(
-                f"copying volume {route.source_volume}: {ATTEMPTS} tries in a row moved "
+                f"copying {route.what}: {ATTEMPTS} tries in a row moved "
                 "nothing; the next try resumes where it stopped"
             )
 
 
 async def _one_try(
-    route: VolumeRoute, on_progress: Callable[[int], None]
+    route: StreamRoute, on_progress: Callable[[int], None]
 ) -> tuple[ReceiveReport | None, int, int]:
     """(the end report or None, bytes piped, where it resumed)."""
-    receive = VolumeReceive(volume=route.target_volume, scope=route.scope)
     try:
         receiver = await asyncio.wait_for(
-            route.target_conn.create_process(
-                RECEIVE_COMMAND + receive.model_dump_json(), encoding=None
-            ),
-            STALL_S,
+            route.target_conn.create_process(route.receive_command, encoding=None), STALL_S
         )
     except (asyncssh.Error, OSError, TimeoutError) as exc:
-        log.warning("volume copy %s: no receive channel (%s)", route.target_volume, exc)
+        log.warning("copy of %s: no receive channel (%s)", route.what, exc)
         return None, 0, 0
     try:
         first = await _next_report(receiver)
         if first is None or first.resume_at is None:
             raise RuntimeFailure(f"the destination did not say where to resume: {first}")
-        send = VolumeSend(volume=route.source_volume, resume_at=first.resume_at, scope=route.scope)
         sender = await asyncio.wait_for(
-            route.source_conn.create_process(SEND_COMMAND + send.model_dump_json(), encoding=None),
+            route.source_conn.create_process(route.send_command(first.resume_at), encoding=None),
             STALL_S,
         )
         piping = asyncio.ensure_future(_pipe(sender, receiver))
         try:
-            end = await _follow(receiver, on_progress)
+            end = await _follow(receiver, on_progress, route.what)
         finally:
             sender.close()
             moved, failure = await piping
         if end is None and failure:
-            raise RuntimeFailure(
-                f"the source could not send volume {route.source_volume}: {failure}"
-            )
+            raise RuntimeFailure(f"the source could not send {route.what}: {failure}")
         return end, moved, first.resume_at
     except (asyncssh.Error, OSError, TimeoutError) as exc:
-        log.warning("volume copy %s: a link failed (%s); resuming", route.source_volume, exc)
+        log.warning("copy of %s: a link failed (%s); resuming", route.what, exc)
         return None, 0, 0
     finally:
         receiver.close()
 
 
 async def _follow(
-    receiver: asyncssh.SSHClientProcess[bytes], on_progress: Callable[[int], None]
+    receiver: asyncssh.SSHClientProcess[bytes], on_progress: Callable[[int], None], what: str
 ) -> ReceiveReport | None:
     while (report := await _next_report(receiver)) is not None:
         if report.error is not None:
-            raise RuntimeFailure(f"the volume copy failed: {report.error}")
+            raise RuntimeFailure(f"the copy of {what} failed: {report.error}")
         if report.received is not None:
             on_progress(report.received)
         if report.done is not None:
             on_progress(report.done)
             return report
         if report.resume_at is not None:
-            log.warning("volume copy: %s; asking again", report.message)
+            log.warning("copy of %s: %s; asking again", what, report.message)
             return None
     return None
 

@@ -27,11 +27,19 @@ the good ones, and answers on its stdout, one JSON `ReceiveReport` a line:
 progress, a resume point when a frame failed (the server asks again from
 there), or the end (the whole stream's digest checked against the spool, then
 unpacked into the volume).
+
+An image moves the same way (`IMAGE_RECEIVE_COMMAND` + `ImageMove`, then
+`IMAGE_SEND_COMMAND` + `ImageSend`): the stream is the source engine's `docker
+save` of it (less the layers the destination holds, `ImageMove.omit_layers`),
+which comes out the same each time, so a move cut short resumes where the
+destination's spool ends; the destination feeds `docker load` as frames land
+(and, after a resume, replays its spool into a new load first).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 from dataclasses import dataclass, field
 
@@ -39,8 +47,10 @@ from pydantic import BaseModel, Field
 
 from gpudock.runtime.calls import InstanceScope
 
-SAVE_COMMAND = "gpudock-image-save "  # + ImageMove: stdout is `docker save` of it
-LOAD_COMMAND = "gpudock-image-load "  # + ImageMove: stdin is loaded (`docker load`)
+# + ImageSend: stdout is the frames of `docker save` of the image, from `resume_at`
+IMAGE_SEND_COMMAND = "gpudock-image-send "
+# + ImageMove: stdin is those frames, spooled and loaded (`docker load`) as they land
+IMAGE_RECEIVE_COMMAND = "gpudock-image-receive "
 SEND_COMMAND = "gpudock-volume-send "
 RECEIVE_COMMAND = "gpudock-volume-receive "
 FRAME = struct.Struct("!QI32s")  # offset, payload length, SHA-256 of the payload
@@ -93,6 +103,18 @@ class ImageMove(BaseModel):
         description="Diff IDs whose layer files the archive leaves out: the destination "
         "holds them, at the bottom of its own stack in the same order (`common_bottom`)",
     )
+
+
+class ImageSend(BaseModel):
+    move: ImageMove
+    resume_at: int = 0
+
+
+def image_spool_name(move: ImageMove) -> str:
+    """The destination's spool of this move: one per image and set of left-out
+    layers (the shorter archive and the whole one are different streams)."""
+    key = json.dumps([move.ref, sorted(move.omit_layers)]).encode()
+    return f"image-{hashlib.sha256(key).hexdigest()[:32]}.tar.part"
 
 
 def common_bottom(layers: tuple[str, ...], held: tuple[str, ...]) -> list[str]:
