@@ -200,8 +200,16 @@ def parse_time(value: str) -> float:
 
 
 class Api:
-    def __init__(self, url: str, token: str, poll_interval_s: float = POLL_INTERVAL_S) -> None:
-        self.poll_interval_s = poll_interval_s
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        poll_interval_s: float = POLL_INTERVAL_S,
+        follow: bool = False,
+    ) -> None:
+        """`follow`: wait on GET /instances/{id}/wait (answered at the change, as the
+        CLI's --wait does) instead of a GET every `poll_interval_s`."""
+        self.poll_interval_s, self.follow = poll_interval_s, follow
         self._http = httpx.Client(
             base_url=url + "/api/v1",
             headers={"Authorization": f"Bearer {token}"},
@@ -221,7 +229,13 @@ class Api:
         """GET the instance every poll interval until it is `wanted`; fail loudly."""
         deadline = time.perf_counter() + deadline_s
         while True:
-            instance: dict[str, Any] = self.call("GET", f"/instances/{instance_id}")
+            left = max(0.0, min(25.0, deadline - time.perf_counter()))
+            path = (
+                f"/instances/{instance_id}/wait?status={wanted}&timeout_s={left:.3f}"
+                if self.follow
+                else f"/instances/{instance_id}"
+            )
+            instance: dict[str, Any] = self.call("GET", path)
             if instance["status"] == wanted:
                 return instance
             if instance["status"] == "failed" and wanted != "failed":
@@ -231,17 +245,18 @@ class Api:
                     f"instance {instance_id} not {wanted} within {deadline_s:g} s: "
                     f"{instance['status']} ({instance['status_reason']})"
                 )
-            time.sleep(self.poll_interval_s)
+            if not self.follow:
+                time.sleep(self.poll_interval_s)
 
 
-def make_user(server: Server, poll_interval_s: float) -> Api:
+def make_user(server: Server, poll_interval_s: float, follow: bool = False) -> Api:
     admin_token = (server.data_dir / "admin.token").read_text().strip()
     admin = Api(server.url, admin_token)
     try:
         user = admin.call("POST", "/users", {"name": f"bench-{secrets.token_hex(3)}"})
     finally:
         admin.close()
-    return Api(server.url, user["token"], poll_interval_s)
+    return Api(server.url, user["token"], poll_interval_s, follow)
 
 
 @dataclass
@@ -304,6 +319,7 @@ class Results:
     warmup: int
     delete_each: bool
     poll_interval_s: float
+    follow: bool = False
     load_before: float = field(default_factory=lambda: os.getloadavg()[0])
     load_after: float = math.nan
     seconds: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in SERIES})
@@ -381,6 +397,7 @@ def report(results: Results) -> dict[str, Any]:
         "fleet": FLEET,
         "disk_gb": DISK_GB,
         "poll_interval_s": results.poll_interval_s,
+        "client_waits": "GET /instances/{id}/wait" if results.follow else "polls",
         "reconcile_interval_s": float(RECONCILE_INTERVAL_S),
         "loadavg_1m": {"before": results.load_before, "after": results.load_after},
         "seconds": stats,
@@ -401,7 +418,12 @@ def print_table(data: dict[str, Any]) -> None:
     )
     load = data["loadavg_1m"]
     print(
-        f"poll every {data['poll_interval_s'] * 1000:g} ms; 1-minute load average "
+        (
+            "the client waits on GET /instances/{id}/wait"
+            if data["client_waits"] != "polls"
+            else f"poll every {data['poll_interval_s'] * 1000:g} ms"
+        )
+        + "; 1-minute load average "
         f"{load['before']:.2f} before, {load['after']:.2f} after"
     )
     print(f"{'series':<10} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
@@ -426,6 +448,7 @@ def benchmark(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str,
         warmup=args.warmup,
         delete_each=args.delete_each,
         poll_interval_s=args.poll_ms / 1000,
+        follow=args.follow,
     )
     created: list[str] = []
     tmp = tempfile.TemporaryDirectory(prefix="gpudock-bench-")
@@ -437,7 +460,7 @@ def benchmark(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str,
     try:
         with running_server(Path(tmp.name) / "data", log_path) as server:
             log(f"server up at {server.url}")
-            api = make_user(server, args.poll_ms / 1000)
+            api = make_user(server, args.poll_ms / 1000, args.follow)
             try:
                 hardened.hardening = hardening_of_gpudock(api, client, created)
                 if args.delete_each:
@@ -477,6 +500,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=POLL_INTERVAL_S * 1000,
         help="GET interval while waiting for 'running' (default 10 ms)",
+    )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="wait on GET /instances/{id}/wait, answered at the change (as `gpudock create "
+        "--wait` does), instead of polling",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep-log", metavar="PATH", help="copy the server's log here")

@@ -138,6 +138,7 @@ def open_platform(
     from gpudock.services.accounts import users
     from gpudock.services.context import ServiceContext, utc_now
     from gpudock.services.fleet import inventory
+    from gpudock.services.instances.changes import InstanceChanges
 
     engine = engine if engine is not None else open_database(settings)
     source = gpu_source or default_gpu_source(settings)
@@ -150,6 +151,7 @@ def open_platform(
         clock=clock or utc_now,
         lease_owner=server_id(settings.data_dir),
     )
+    ctx.memo.get(InstanceChanges).attach(ctx.sessions)  # wakes `--wait`s at a change
     ctx.cluster_id = inventory.ensure_cluster_id(ctx)
     ctx.hosts = _host_runtimes(ctx)
     inventory.sync_inventory(ctx, source.discover())

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from gpudock.platform import Platform
+from gpudock.services.instances import changes
 from tests.support.factories import Tenant
+from tests.support.sshgw import wait_for
 
 API = "/api/v1"
 
@@ -42,6 +45,7 @@ ID_ROUTES = [
     ("post", "/instances/{id}/restart"),
     ("delete", "/instances/{id}"),
     ("get", "/instances/{id}/events"),
+    ("get", "/instances/{id}/wait"),
 ]
 
 
@@ -244,3 +248,45 @@ def test_admin_sees_every_instance(client: TestClient, admin: Tenant, alice: Ten
     instance = create(client, alice)
     listed = client.get(f"{API}/instances", headers=admin.headers).json()
     assert [i["id"] for i in listed] == [instance["id"]]
+
+
+def test_a_wait_answers_at_the_change_not_at_its_next_look(
+    client: TestClient, platform: Platform, alice: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(changes, "RECHECK_S", 120.0)  # only the wake-up can answer in time
+    instance = create(client, alice, name="w")
+    answers: list[dict[str, Any]] = []
+
+    def wait() -> None:
+        url = f"{API}/instances/{instance['id']}/wait"
+        params = {"status": "running", "timeout_s": "120"}
+        response = client.get(url, params=params, headers=alice.headers)
+        assert response.status_code == 200, response.text
+        answers.append(response.json())
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    watched = platform.ctx.memo.get(changes.InstanceChanges)
+    wait_for(lambda: watched.waiting() == 1, "the request to wait")
+    assert answers == []  # pending: nothing to answer yet
+    platform.reconciler.drain()  # placed, created, started: each commit wakes it
+    waiter.join(60)
+    assert not waiter.is_alive(), "the wait did not answer when the instance ran"
+    assert answers[0]["status"] == "running"
+
+
+def test_a_wait_with_changed_from_answers_at_the_next_change(
+    client: TestClient, platform: Platform, alice: Tenant
+) -> None:
+    instance = create(client, alice, name="w")
+    seen = f"{instance['status']}|{instance['status_reason']}"
+    url = f"{API}/instances/{instance['id']}/wait"
+    params = {"status": "running", "changed_from": "something else|", "timeout_s": "60"}
+    first = client.get(url, params=params, headers=alice.headers).json()
+    assert first["status"] == "pending"  # already not what the caller last saw: at once
+    held = client.get(
+        url, params={**params, "changed_from": seen, "timeout_s": "0"}, headers=alice.headers
+    )
+    assert held.json()["status"] == "pending"  # no change within its timeout: as it is
+    bad = client.get(url, params={"status": "paused"}, headers=alice.headers)
+    assert bad.status_code == 422

@@ -301,18 +301,25 @@ def _seen(status: str, desired: str = "running", reason: str = "") -> InstancePu
 
 
 def _waiter(answers: list[dict[str, Any]], timeout_s: float) -> Waiter:
-    """A Waiter whose server answers `answers` in turn (the last one forever)."""
+    """A Waiter whose server answers `answers` in turn (the last one forever),
+    holding each answer that is no change for the wait's `timeout_s`, as the
+    server does (on the Waiter's clock)."""
     now = [0.0]
 
     def handler(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/api/v1/instances/i-0123456789"
-        return httpx.Response(200, json=answers.pop(0) if len(answers) > 1 else answers[0])
-
-    def sleep(seconds: float) -> None:
-        now[0] += seconds
+        assert request.url.path == "/api/v1/instances/i-0123456789/wait"
+        seen = request.url.params["changed_from"]
+        while True:  # an answer that is no change is not sent while a later one is due
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+            unchanged = f"{answer['status']}|{answer['status_reason']}" == seen
+            if not unchanged or answer is answers[-1]:
+                break
+        if unchanged:
+            now[0] += float(request.url.params["timeout_s"])  # nothing came: held that long
+        return httpx.Response(200, json=answer)
 
     client = ApiClient("http://gpudock.test", "gpd_x", transport=httpx.MockTransport(handler))
-    return Waiter(client, timeout_s, quiet=True, clock=lambda: now[0], sleep=sleep)
+    return Waiter(client, timeout_s, quiet=True, clock=lambda: now[0])
 
 
 def test_wait_returns_once_the_target_status_is_reached() -> None:
@@ -343,5 +350,5 @@ def test_wait_for_a_deletion_accepts_a_404() -> None:
         return httpx.Response(404, json={"error": {"code": "not_found", "message": "gone"}})
 
     client = ApiClient("http://gpudock.test", "gpd_x", transport=httpx.MockTransport(handler))
-    waiter = Waiter(client, 10, quiet=True, clock=lambda: 0.0, sleep=lambda _s: None)
+    waiter = Waiter(client, 10, quiet=True, clock=lambda: 0.0)
     assert waiter.wait(_seen("deleting", "deleted"), "deleted").id == "i-0123456789"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
@@ -24,6 +24,7 @@ from gpudock.services.instances import actions as instances
 from gpudock.services.instances import auto_stop, queue
 from gpudock.services.instances.actions import InstanceRequest, InstanceView
 from gpudock.services.instances.auto_stop import AutoStopPolicy
+from gpudock.services.instances.changes import InstanceChanges, wait_until
 from gpudock.services.ssh import endpoint as ssh_endpoint
 
 router = APIRouter(prefix="/instances", tags=["instances"])
@@ -152,6 +153,44 @@ def list_instances(ctx: Context, user: CurrentUser, lang: Language) -> list[Inst
 def show(ctx: Context, user: CurrentUser, lang: Language, instance_id: str) -> InstancePublic:
     shown = instances.show_view(ctx, user, instance_id)
     return _public(ctx, shown, lang, queue.queue_position(ctx, shown.instance))
+
+
+@router.get("/{instance_id}/wait", response_model=InstancePublic, responses=SHOW)
+async def wait(
+    ctx: Context,
+    user: CurrentUser,
+    lang: Language,
+    instance_id: str,
+    status: Annotated[
+        Literal["running", "stopped", "deleted"], Query(description="What to wait for.")
+    ] = "running",
+    changed_from: Annotated[
+        str | None,
+        Query(
+            description="Also answer as soon as the status or its reason is no longer this "
+            "(`status|reason`, as the last answer gave them): to show progress."
+        ),
+    ] = None,
+    timeout_s: Annotated[float, Query(ge=0, le=300, description="Longest wait, seconds.")] = 30.0,
+) -> InstancePublic:
+    """The instance once it is `status`, has failed, is no longer meant to be
+    `status`, or (with `changed_from`) its status or reason changed; else as it is
+    after `timeout_s`. Answers at the change, not at the next poll."""
+
+    def done(v: InstanceView) -> bool:
+        i = v.instance
+        seen = f"{i.status.value}|{i.status_reason}"
+        return (
+            i.status.value in (status, "failed")
+            or i.desired_state.value != status
+            or (changed_from is not None and seen != changed_from)
+        )
+
+    changes = ctx.memo.get(InstanceChanges)
+    shown = await wait_until(
+        changes, lambda: instances.show_view(ctx, user, instance_id), done, timeout_s
+    )
+    return _public(ctx, shown, lang)
 
 
 @router.post(

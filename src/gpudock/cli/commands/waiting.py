@@ -1,4 +1,4 @@
-"""`--wait`: poll an instance until it reaches a status, fails, or a deadline passes."""
+"""`--wait`: follow an instance until it reaches a status, fails, or a deadline passes."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from gpudock.api.schemas import InstancePublic
 from gpudock.cli import output
 from gpudock.cli.client import ApiClient, CliError, NotFoundError, quoted_path
 
-POLL_INTERVAL_S = 0.2
+POLL_S = 25.0  # one wait's longest (the server answers sooner at a change)
 DEFAULT_TIMEOUT_S = 600.0
 
 
 @dataclass
 class Waiter:
-    """Polls GET /instances/{id} every `interval_s` until `deadline`.
+    """Waits on GET /instances/{id}/wait (the server answers at each change of
+    status or reason, or after `poll_s`) until `deadline`.
 
     Done when the status is the target (or, for "deleted", the instance is gone).
     Raises CliError when the instance failed, when another request changed what it
@@ -29,9 +30,8 @@ class Waiter:
     client: ApiClient
     timeout_s: float = DEFAULT_TIMEOUT_S
     quiet: bool = False
-    interval_s: float = POLL_INTERVAL_S
+    poll_s: float = POLL_S
     clock: Callable[[], float] = field(default=time.monotonic)
-    sleep: Callable[[float], None] = field(default=time.sleep)
 
     def wait(self, instance: InstancePublic, target: str) -> InstancePublic:
         """Return the instance as last seen in the target status."""
@@ -44,9 +44,15 @@ class Waiter:
                 if remaining <= 0:
                     raise self._timed_out(current, target)
                 show(f"{current.status} ({current.status_reason})")
-                self.sleep(min(self.interval_s, remaining))
+                params = {
+                    "status": target,
+                    "changed_from": f"{current.status}|{current.status_reason}",
+                    "timeout_s": f"{min(self.poll_s, remaining):.3f}",
+                }
                 try:
-                    current = self.client.get(quoted_path("instances", current.id), InstancePublic)
+                    current = self.client.get(
+                        quoted_path("instances", current.id, "wait"), InstancePublic, params=params
+                    )
                 except NotFoundError:
                     if target == "deleted":
                         return current

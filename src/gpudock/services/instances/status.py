@@ -21,6 +21,7 @@ from gpudock.db.models import DesiredState, InstanceEventModel, InstanceModel, I
 from gpudock.errors import Conflict
 from gpudock.services.billing import intervals
 from gpudock.services.fleet import move_log
+from gpudock.services.instances import changes
 from gpudock.services.notifications import outbox
 
 S = InstanceStatus
@@ -67,6 +68,7 @@ def switch_instance_status(
             return
     elif new not in ALLOWED_TRANSITIONS[old]:
         raise InvalidTransition(f"instance {instance.id} cannot go from {old} to {new}")
+    changes.mark_changed(session)
     instance.status = new
     instance.status_reason = reason
     instance.status_reason_msg = messages.stored(reason)
