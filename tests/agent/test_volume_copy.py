@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from gpudock.agent.volume_copy import TAR
@@ -243,6 +244,43 @@ def test_kept_image_bytes_that_are_not_the_stream_are_sent_again(pair: _Pair) ->
     spool.write_bytes(b"\0" * 4096)  # not the save's first bytes: the load of them fails
     sent = pair.runtime("box-a").copy_image_to(pair.runtime("box-b"), ref, None, lambda _: None)
     assert sent > 10 * MIB and not spool.exists()
+
+
+class _ServersEngine:
+    """The server's own engine, holding one image the agent host lacks (here one
+    engine plays every part, so what it held is kept as its `docker save`)."""
+
+    def __init__(self, saved: bytes) -> None:
+        self.saved, self.saves = saved, 0
+
+    def save_image(self, ref: str) -> Iterator[bytes]:
+        self.saves += 1
+        return (self.saved[i : i + 65536] for i in range(0, len(self.saved), 65536))
+
+    def load_image(self, chunks: Iterator[bytes]) -> None:
+        raise AssertionError("the server's engine only sends here")
+
+
+def test_an_image_only_the_server_holds_is_sent_to_an_agent_host(
+    pair: _Pair, tmp_path: Path
+) -> None:
+    ref = f"gpudock-sys/test-push-{tmp_path.name[-12:]}:v1"
+    layer = tmp_path / "rootfs.tar"
+    subprocess.run(["tar", "-C", str(tmp_path), "-cf", str(layer), "--files-from=/dev/null"])
+    repository, _, tag = ref.rpartition(":")
+    docker.from_env().api.import_image_from_data(layer.read_bytes(), repository=repository, tag=tag)
+    saved = b"".join(pair.engine.save_image(ref))
+    pair.engine.remove_image(ref)  # the agent host's engine lacks it now
+    assert not pair.engine.image_present(ref)
+    servers = _ServersEngine(saved)
+    progress: list[int] = []
+    try:
+        sent = pair.runtime("box-b").receive_image(servers, ref, progress.append)
+        assert pair.engine.image_present(ref)
+    finally:
+        pair.engine.remove_image(ref)
+    assert len(saved) <= sent <= len(saved) + _frames(len(saved))
+    assert servers.saves == 1 and progress[-1] == len(saved)
 
 
 def test_the_stream_digest_is_the_same_however_the_bytes_are_fed() -> None:

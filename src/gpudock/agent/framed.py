@@ -24,7 +24,7 @@ from typing import BinaryIO, Protocol
 
 import asyncssh
 
-from gpudock.runtime.transfer import CHUNK, FRAME, ReceiveReport, StreamDigest
+from gpudock.runtime.transfer import CHUNK, FRAME, ReceiveReport, StreamDigest, frame
 
 PROGRESS_EVERY = 8 * CHUNK  # bytes received between progress lines
 FAILED = 1
@@ -105,12 +105,7 @@ async def _send_frame(
     digest: bytes,
     resume_at: int,
 ) -> None:
-    start = max(offset, resume_at)
-    piece = chunk[start - offset :]
-    if start != offset:  # the first frame after a resume: part of a piece
-        digest = hashlib.sha256(piece).digest()
-    process.stdout.write(FRAME.pack(start, len(piece), digest))
-    process.stdout.write(piece)
+    process.stdout.write(frame(chunk, offset, digest, resume_at))
     await process.stdout.drain()
 
 

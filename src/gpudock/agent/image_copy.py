@@ -12,7 +12,6 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 import asyncssh
 from pydantic import ValidationError
@@ -25,21 +24,16 @@ from gpudock.runtime.calls import InstanceScope
 from gpudock.runtime.transfer import (
     IMAGE_RECEIVE_COMMAND,
     IMAGE_SEND_COMMAND,
+    ChunkReader,
     ImageMove,
     ImageSend,
+    ImageStreams,
     ReceiveReport,
     image_spool_name,
 )
 
 log = logging.getLogger(__name__)
 QUEUED = 16  # chunks between the frames and the engine's load
-
-
-@runtime_checkable
-class ImageStreams(Protocol):
-    def save_image(self, ref: str) -> Iterator[bytes]: ...
-
-    def load_image(self, chunks: Iterator[bytes]) -> None: ...
 
 
 def handles(command: str) -> bool:
@@ -92,23 +86,9 @@ async def _send(
     if move.omit_layers:  # the destination holds those: their files stay here
         chunks = without_layers(chunks, set(move.omit_layers), spool_dir)
     # A read under way when the link goes ends by itself: the engine's save streams on.
-    sent = await framed.send_stream(process, _Pieces(chunks), send.resume_at, lambda: None)
+    sent = await framed.send_stream(process, ChunkReader(chunks), send.resume_at, lambda: None)
     if sent is not None:
         await framed.end_stream(process, *sent)
-
-
-class _Pieces:
-    """`read(n)` over an iterator of chunks of any size."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks, self._held = chunks, bytearray()
-
-    def read(self, size: int, /) -> bytes:
-        while len(self._held) < size and (chunk := next(self._chunks, None)) is not None:
-            self._held += chunk
-        taken = bytes(self._held[:size])
-        del self._held[:size]
-        return taken
 
 
 class _Loader:

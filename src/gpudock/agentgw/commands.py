@@ -19,13 +19,13 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import asyncssh
 from pydantic import ValidationError
 
-from gpudock.agentgw.image_copy import relay_image
+from gpudock.agentgw.image_copy import push_image, relay_image
 from gpudock.agentgw.ports import PortChannels
 from gpudock.agentgw.streams import ExecChannels
 from gpudock.agentgw.volume_copy import VolumeRoute, relay_volume
@@ -215,6 +215,26 @@ class ThreadBridge:
         )
         late = f"moving image {move.ref} ran past {timeout_s:g} s"
         return _reporting(moving, moved, on_progress, timeout_s, late)
+
+    def push_image(
+        self,
+        move: ImageMove,
+        open_chunks: Callable[[], Iterator[bytes]],
+        on_progress: Callable[[int], None],
+        timeout_s: float,
+    ) -> int:
+        """An image of the server's own engine (`open_chunks`: its `docker save`)
+        into `docker load` on this host (`agentgw.image_copy.push_image`)."""
+        self._refuse_on_the_loop()
+        moved = [0]
+        pushing = asyncio.run_coroutine_threadsafe(
+            push_image(
+                self._execs.connection, move, open_chunks, lambda done: moved.__setitem__(0, done)
+            ),
+            self._loop,
+        )
+        late = f"sending image {move.ref} to {self._channel.host_name} ran past {timeout_s:g} s"
+        return _reporting(pushing, moved, on_progress, timeout_s, late)
 
     def _refuse_on_the_loop(self) -> None:
         if _running_loop() is self._loop:

@@ -103,7 +103,7 @@ async def _one_try(
         log.warning("copy of %s: no receive channel (%s)", route.what, exc)
         return None, 0, 0
     try:
-        first = await _next_report(receiver)
+        first = await next_report(receiver)
         if first is None or first.resume_at is None:
             raise RuntimeFailure(f"the destination did not say where to resume: {first}")
         sender = await asyncio.wait_for(
@@ -112,7 +112,7 @@ async def _one_try(
         )
         piping = asyncio.ensure_future(_pipe(sender, receiver))
         try:
-            end = await _follow(receiver, on_progress, route.what)
+            end = await follow(receiver, on_progress, route.what)
         finally:
             sender.close()
             moved, failure = await piping
@@ -126,10 +126,10 @@ async def _one_try(
         receiver.close()
 
 
-async def _follow(
+async def follow(
     receiver: asyncssh.SSHClientProcess[bytes], on_progress: Callable[[int], None], what: str
 ) -> ReceiveReport | None:
-    while (report := await _next_report(receiver)) is not None:
+    while (report := await next_report(receiver)) is not None:
         if report.error is not None:
             raise RuntimeFailure(f"the copy of {what} failed: {report.error}")
         if report.received is not None:
@@ -143,7 +143,7 @@ async def _follow(
     return None
 
 
-async def _next_report(process: asyncssh.SSHClientProcess[bytes]) -> ReceiveReport | None:
+async def next_report(process: asyncssh.SSHClientProcess[bytes]) -> ReceiveReport | None:
     try:
         line = await asyncio.wait_for(process.stdout.readuntil(b"\n"), STALL_S)
     except (asyncio.IncompleteReadError, asyncssh.Error, OSError, TimeoutError):

@@ -51,6 +51,10 @@ ZH_CN_MESSAGES: dict[str, str] = {
     "container disappeared; recreating": "容器消失；正在重建",
     "container exited; restarting": "容器已退出；正在重启",
     "moving: {reason}": "迁移中：{reason}",
+    "sending image {image} to {host}: {done} so far": (
+        "正在把镜像 {image} 发送到 {host}：已发送 {done}"
+    ),
+    "image {image} sent to {host}: {size}": "镜像 {image} 已发送到 {host}：{size}",
     "the cluster ended its container ({fault})": "集群终止了它的容器（{fault}）",
     "moving: waiting for a healthy {what} on another host than {host}, which ended it; "
     "{host} takes it again after {until}": (

@@ -33,6 +33,7 @@ from gpudock.services.billing import intervals as metering
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import moves as migration
 from gpudock.services.fleet.inventory import allocated_gpu_ids
+from gpudock.services.images import access as image_access
 from gpudock.services.images import catalog as images
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.auto_stop import AUTO_STOP_PREFIX
@@ -186,6 +187,8 @@ def _run(ctx: ServiceContext, instance_id: str, token: str, run: _RunPlan | None
     came_from = instance.data_host_id
     try:
         instance = migration.carry_writable_layer_across(ctx, instance, run.host, token)
+        if image_access.never_pulled(instance.system_image):
+            migration.bring_local_image(ctx, instance, run.host, token)
         runtime.ensure_image(instance.system_image)
         instance = migration.ensure_data_volume(ctx, instance, run.host, token)
         ctx.crash_point("after_volume")

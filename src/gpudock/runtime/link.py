@@ -41,7 +41,7 @@ from gpudock.runtime.base import (
 )
 from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest, InstanceScope
 from gpudock.runtime.link_ports import PortRequest
-from gpudock.runtime.transfer import ImageMove, VolumeCopied
+from gpudock.runtime.transfer import ImageMove, ImageStreams, VolumeCopied
 
 LOST_EXIT_CODE = 255  # an exec whose link went before it said how it ended
 
@@ -89,6 +89,17 @@ class CallTransport(Protocol):
     ) -> int:
         """`docker save` of `move.ref` on this host (less `move.omit_layers`) into
         `docker load` on `target`'s; `on_progress(bytes moved)` from the calling thread."""
+        ...
+
+    def push_image(
+        self,
+        move: ImageMove,
+        open_chunks: Callable[[], Iterator[bytes]],
+        on_progress: Callable[[int], None],
+        timeout_s: float,
+    ) -> int:
+        """An image of the server's own engine (`open_chunks` makes its `docker
+        save` stream, once per try) into `docker load` on this host, resumable."""
         ...
 
 
@@ -254,6 +265,19 @@ class LinkRuntime:
         move = ImageMove(ref=ref, scope=self._scope, omit_layers=omit_layers or [])
         return self._transport().send_image(
             target._transport(), move, on_progress or (lambda _: None), self._copy_timeout_s
+        )
+
+    def receive_image(
+        self, source: ImageStreams, ref: str, on_progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Image `ref` of `source` (the server's own engine) onto this host, for
+        gpudock's images that no registry has; the bytes that crossed."""
+        move = ImageMove(ref=ref, scope=self._scope)
+        return self._transport().push_image(
+            move,
+            lambda: source.save_image(ref),
+            on_progress or (lambda _: None),
+            self._copy_timeout_s,
         )
 
     # -- containers ---------------------------------------------------------------

@@ -41,7 +41,9 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -86,6 +88,52 @@ class StreamDigest:
         if self._piece_length:
             pieces.update(self._piece.digest())
         return pieces.digest()
+
+
+@runtime_checkable
+class ImageStreams(Protocol):
+    """An engine that hands out and takes in `docker save` streams."""
+
+    def save_image(self, ref: str) -> Iterator[bytes]: ...
+
+    def load_image(self, chunks: Iterator[bytes]) -> None: ...
+
+
+class ChunkReader:
+    """`read(n)` over an iterator of chunks of any size (a `docker save` stream)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks, self._held = chunks, bytearray()
+
+    def read(self, size: int, /) -> bytes:
+        while len(self._held) < size and (chunk := next(self._chunks, None)) is not None:
+            self._held += chunk
+        taken = bytes(self._held[:size])
+        del self._held[:size]
+        return taken
+
+
+def frame(chunk: bytes, offset: int, digest: bytes, resume_at: int) -> bytes:
+    """The frame of an aligned piece at `offset`, cut to what lies past `resume_at`
+    (its digest made again when cut); call only when the piece ends past it."""
+    start = max(offset, resume_at)
+    piece = chunk[start - offset :]
+    if start != offset:  # the first frame after a resume: part of a piece
+        digest = hashlib.sha256(piece).digest()
+    return FRAME.pack(start, len(piece), digest) + piece
+
+
+def frames(read: Callable[[int], bytes], resume_at: int) -> Iterator[bytes]:
+    """A stream read in `CHUNK` pieces as frames from `resume_at`, then its end frame."""
+    whole = StreamDigest()
+    offset = 0
+    while chunk := read(CHUNK):
+        digest = hashlib.sha256(chunk).digest()
+        whole.add(chunk, digest)
+        if offset + len(chunk) > resume_at:
+            yield frame(chunk, offset, digest, resume_at)
+        offset += len(chunk)
+    yield FRAME.pack(offset, 0, whole.digest())
 
 
 def stream_digest(data: bytes) -> bytes:

@@ -35,7 +35,7 @@ from gpudock.runtime.base import (
     ContainerState,
 )
 from gpudock.runtime.link import LinkRuntime
-from gpudock.runtime.transfer import VolumeCopied, common_bottom
+from gpudock.runtime.transfer import ImageStreams, VolumeCopied, common_bottom
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import move_log as migration_log
 from gpudock.services.fleet.inventory import allocated_gpu_ids
@@ -249,6 +249,40 @@ def _move_image(
         layers=len(omit),
     )
     _tell(ctx, instance, token, said)
+
+
+def bring_local_image(
+    ctx: ServiceContext, instance: InstanceModel, host: HostModel, token: str
+) -> None:
+    """The instance's image onto `host`, an agent host that lacks it, from this
+    server's own engine: for gpudock's images that no registry has (the caller
+    says which), which a host would otherwise fail to pull. Once per host: the
+    next start there finds it."""
+    runtime = containers.runtime_of(ctx, instance, host.id)
+    ref = instance.system_image
+    local = ctx.runtime
+    if not isinstance(runtime, LinkRuntime) or not isinstance(local, ImageStreams):
+        return
+    if runtime.image_present(ref) or not local.image_present(ref):
+        return  # there already, or not here either: the host's own pull says why
+    reported = [0]
+
+    def progress(done: int) -> None:
+        if _unsized_due(done, reported[0]):
+            reported[0] = done
+            said = Message(
+                "sending image {image} to {host}: {done} so far",
+                image=ref,
+                host=host.name,
+                done=_size(done),
+            )
+            _tell(ctx, instance, token, said)
+
+    sent = runtime.receive_image(local, ref, progress)
+    done = Message(
+        "image {image} sent to {host}: {size}", image=ref, host=host.name, size=_size(sent)
+    )
+    _tell(ctx, instance, token, done)
 
 
 def leave_other_engine(ctx: ServiceContext, instance: InstanceModel, came_from: str | None) -> None:

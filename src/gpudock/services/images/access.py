@@ -206,6 +206,15 @@ BUILT_ON_THE_HOST = {
 }
 
 
+def never_pulled(text: str) -> bool:
+    """An image no registry has: built on the host, a tenant's, a committed system disk."""
+    try:
+        ref = references.parse(text)
+    except references.BadReference:
+        return False
+    return ref.reserved or ref.canonical in BUILT_ON_THE_HOST
+
+
 def _check_obtainable(
     ctx: ServiceContext, ref: references.ImageRef, text: str, field: str, pull: bool
 ) -> None:
