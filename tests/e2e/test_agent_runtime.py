@@ -21,6 +21,7 @@ import docker
 import httpx
 import pytest
 
+from gpudock.images.base_image import BASE_IMAGE
 from tests.support.agent_cluster import Cluster, fake_gpus, linked_server
 from tests.support.fleet_netns import leftovers, netns_fleet
 from tests.support.key_proof import make_key, post_with_proof
@@ -199,6 +200,8 @@ def test_an_instance_runs_stops_and_goes_on_its_agent_hosts_engine(
     host = cluster.fleet.hosts["n"]
     gpus = fake_gpus("H200", 1, 140)
     cluster.write_gpus("n", gpus)
+    # No registry has gpudock's base image: the server sends it from its own engine.
+    host.engine().images.remove(BASE_IMAGE)
     cluster.agent(host, "join", *cluster.add("n")[3:5])
     cluster.link("n", "up")
     with cluster.server.client() as admin:
@@ -208,7 +211,10 @@ def test_an_instance_runs_stops_and_goes_on_its_agent_hosts_engine(
         assert created.status_code == 201, created.text
         instance_id = created.json()["id"]
         _instance(user, instance_id, "running")
+        told = [e["message"] for e in user.get(f"/instances/{instance_id}/events").json()]
+        assert any(f"image {BASE_IMAGE} sent to n" in m for m in told), told
         on_host = host.engine()
+        assert on_host.images.get(BASE_IMAGE).id == engine.images.get(BASE_IMAGE).id
         [container] = _containers(on_host, instance_id)
         assert container.status == "running"
         config, sandbox = container.attrs["Config"], container.attrs["HostConfig"]
