@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import docker
+from docker.context import ContextAPI
 
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
 from gpudock.runtime.base import (
@@ -51,16 +52,33 @@ DEFAULT_COPY_TIMEOUT_S = 24 * 3600.0
 log = logging.getLogger(__name__)
 
 
+class _EngineClient(docker.APIClient):  # type: ignore[misc]
+    """docker-py's client with the engine's own settings only: requests would
+    otherwise put REQUESTS_CA_BUNDLE (or CURL_CA_BUNDLE) before the engine's TLS
+    CA (DOCKER_CERT_PATH) and refuse a TLS engine's certificate, from the very
+    first call (the API version), and send the engine's API through a proxy."""
+
+    @property
+    def trust_env(self) -> bool:
+        return False
+
+    @trust_env.setter
+    def trust_env(self, value: bool) -> None:
+        """`requests.Session` sets it; the environment is not trusted here."""
+
+
 def connect(base_url: str | None, timeout_s: float, pool_size: int) -> docker.APIClient:
     """docker-py's low-level client; `RuntimeUnavailable` if the engine does not answer.
-    Without `base_url`, docker-py's `from_env` finds the engine as the `docker`
-    command would (DOCKER_HOST, the TLS variables, the current context)."""
+    Without `base_url`, the engine is found as the `docker` command would find it
+    (DOCKER_HOST, the TLS variables, the current context), as `docker.from_env` does."""
     with translated("connect to the Docker Engine"):
         if base_url:
-            return docker.APIClient(
-                base_url=base_url, timeout=int(timeout_s), max_pool_size=pool_size
-            )
-        return docker.from_env(timeout=int(timeout_s), max_pool_size=pool_size).api
+            return _EngineClient(base_url=base_url, timeout=int(timeout_s), max_pool_size=pool_size)
+        found = docker.utils.kwargs_from_env()
+        if "base_url" not in found:
+            for key, value in ContextAPI.kwargs_from_context().items():
+                found.setdefault(key, value)
+        return _EngineClient(timeout=int(timeout_s), max_pool_size=pool_size, **found)
 
 
 class DockerRuntime:
