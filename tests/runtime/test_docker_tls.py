@@ -93,7 +93,15 @@ def tls_engine(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     certs.mkdir()
     _certificates(certs)
     url = f"tcp://127.0.0.1:{free_port()}"
-    exec_root = Path(f"/tmp/gdtls-{secrets.token_hex(3)}")  # short: Unix socket paths
+    tag = secrets.token_hex(3)
+    exec_root = Path(f"/tmp/gdtls-{tag}")  # short: Unix socket paths
+    # A bridge of its own: `--bridge=none` would have it delete the machine's docker0.
+    bridge = f"gdtls{tag}"
+    subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
+    subprocess.run(
+        ["ip", "addr", "add", f"10.231.{secrets.randbelow(250) + 1}.1/24", "dev", bridge],
+        check=True,
+    )
     command = [
         "dockerd",
         f"--data-root={tmp_path / 'docker'}",
@@ -104,7 +112,7 @@ def tls_engine(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         f"--tlscacert={certs / 'ca.pem'}",
         f"--tlscert={certs / 'server-cert.pem'}",
         f"--tlskey={certs / 'server-key.pem'}",
-        "--bridge=none",
+        f"--bridge={bridge}",
         "--iptables=false",
         "--ip6tables=false",
         "--ip-masq=false",
@@ -121,6 +129,7 @@ def tls_engine(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             dockerd.kill()
             dockerd.wait()
         shutil.rmtree(exec_root, ignore_errors=True)
+        subprocess.run(["ip", "link", "del", bridge], check=False)
 
 
 def test_a_tls_engine_is_trusted_by_its_own_ca_whatever_requests_is_told(
