@@ -202,5 +202,5 @@ def _write_admin_token(data_dir: Path, token: str | None) -> Path | None:
     with os.fdopen(fd, "w") as handle:
         handle.write(token + "\n")
     os.chmod(path, 0o600)
-    log.warning("created the first admin; its API token is in %s", path)
+    log.info("created the first admin; its API token is in %s", path)  # `server` says it too
     return path
