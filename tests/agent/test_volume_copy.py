@@ -3,6 +3,7 @@ server's gateway: real Docker volumes, real tar, real SSH channels."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -221,10 +222,27 @@ def test_an_image_goes_from_one_host_to_the_other_as_a_save_and_load(pair: _Pair
         pair.runtime("box-a").copy_image_to(pair.runtime("box-b"), "gpudock-test/no-such:image")
 
 
+@pytest.fixture
+def small_image(tmp_path: Path) -> Iterator[str]:
+    """An image of one 3 MiB layer (a stream of a few frames), removed afterwards."""
+    ref = f"gpudock-sys/test-image-{tmp_path.name[-12:]}:v1"
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    (rootfs / "payload.bin").write_bytes(os.urandom(3 * MIB))
+    layer = tmp_path / "rootfs.tar"
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(layer), "."], check=True)
+    repository, _, tag = ref.rpartition(":")
+    engine = docker.from_env()
+    engine.api.import_image_from_data(layer.read_bytes(), repository=repository, tag=tag)
+    yield ref
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        engine.images.remove(ref, force=True)
+
+
 def test_an_image_move_cut_short_resumes_where_the_destinations_spool_ends(
-    pair: _Pair,
+    pair: _Pair, small_image: str
 ) -> None:
-    ref = "gpudock/base:bookworm"
+    ref = small_image
     whole = b"".join(pair.engine.save_image(ref))  # `docker save` comes out the same each time
     kept = len(whole) // 2
     spool = pair.rig.state_dir("b") / "transfers" / image_spool_name(ImageMove(ref=ref))
@@ -237,13 +255,16 @@ def test_an_image_move_cut_short_resumes_where_the_destinations_spool_ends(
     assert pair.engine.image_present(ref) and not spool.exists()
 
 
-def test_kept_image_bytes_that_are_not_the_stream_are_sent_again(pair: _Pair) -> None:
-    ref = "gpudock/base:bookworm"
+def test_kept_image_bytes_that_are_not_the_stream_are_sent_again(
+    pair: _Pair, small_image: str
+) -> None:
+    ref = small_image
+    whole = b"".join(pair.engine.save_image(ref))
     spool = pair.rig.state_dir("b") / "transfers" / image_spool_name(ImageMove(ref=ref))
     spool.parent.mkdir(parents=True, exist_ok=True)
     spool.write_bytes(b"\0" * 4096)  # not the save's first bytes: the load of them fails
     sent = pair.runtime("box-a").copy_image_to(pair.runtime("box-b"), ref, None, lambda _: None)
-    assert sent > 10 * MIB and not spool.exists()
+    assert sent > len(whole) and not spool.exists()  # all of it again, after the 4096
 
 
 class _ServersEngine:
@@ -262,23 +283,16 @@ class _ServersEngine:
 
 
 def test_an_image_only_the_server_holds_is_sent_to_an_agent_host(
-    pair: _Pair, tmp_path: Path
+    pair: _Pair, small_image: str
 ) -> None:
-    ref = f"gpudock-sys/test-push-{tmp_path.name[-12:]}:v1"
-    layer = tmp_path / "rootfs.tar"
-    subprocess.run(["tar", "-C", str(tmp_path), "-cf", str(layer), "--files-from=/dev/null"])
-    repository, _, tag = ref.rpartition(":")
-    docker.from_env().api.import_image_from_data(layer.read_bytes(), repository=repository, tag=tag)
+    ref = small_image
     saved = b"".join(pair.engine.save_image(ref))
     pair.engine.remove_image(ref)  # the agent host's engine lacks it now
     assert not pair.engine.image_present(ref)
     servers = _ServersEngine(saved)
     progress: list[int] = []
-    try:
-        sent = pair.runtime("box-b").receive_image(servers, ref, progress.append)
-        assert pair.engine.image_present(ref)
-    finally:
-        pair.engine.remove_image(ref)
+    sent = pair.runtime("box-b").receive_image(servers, ref, progress.append)
+    assert pair.engine.image_present(ref)
     assert len(saved) <= sent <= len(saved) + _frames(len(saved))
     assert servers.saves == 1 and progress[-1] == len(saved)
 
