@@ -18,6 +18,7 @@ from gpudock.agent.volume_copy import TAR
 from gpudock.agentgw import volume_copy as relay
 from gpudock.db.models import LinkState
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
+from gpudock.images.base_image import BASE_IMAGE
 from gpudock.platform import Platform
 from gpudock.runtime.docker import DockerRuntime
 from gpudock.runtime.link import LinkRuntime
@@ -291,10 +292,36 @@ def test_an_image_only_the_server_holds_is_sent_to_an_agent_host(
     assert not pair.engine.image_present(ref)
     servers = _ServersEngine(saved)
     progress: list[int] = []
-    sent = pair.runtime("box-b").receive_image(servers, ref, progress.append)
+    sent = pair.runtime("box-b").receive_image(servers, ref, None, progress.append)
     assert pair.engine.image_present(ref)
     assert len(saved) <= sent <= len(saved) + _frames(len(saved))
     assert servers.saves == 1 and progress[-1] == len(saved)
+
+
+def test_an_image_on_a_base_the_host_holds_is_sent_without_the_bases_layers(
+    pair: _Pair, tmp_path: Path
+) -> None:
+    ref = f"gpudock-sys/test-delta-{tmp_path.name[-12:]}:v1"
+    engine = docker.from_env()
+    made = engine.containers.run(BASE_IMAGE, ["sh", "-c", "echo mine > /etc/mine"], detach=True)
+    made.wait()
+    repository, _, tag = ref.rpartition(":")
+    made.commit(repository=repository, tag=tag)
+    made.remove()
+    info = pair.engine.image_info(ref)
+    assert info is not None
+    saved = b"".join(pair.engine.save_image(ref))
+    pair.engine.remove_image(ref)  # the host keeps the base image, not this one
+    held = pair.runtime("box-b").held_bottom(info.layers)
+    assert held == list(info.layers[:-1])  # every layer but the commit's own
+    try:
+        sent = pair.runtime("box-b").receive_image(
+            _ServersEngine(saved), ref, (held, tmp_path / "spool"), None
+        )
+        assert pair.engine.image_info(ref) is not None
+    finally:
+        pair.engine.remove_image(ref)
+    assert sent < MIB < len(saved) // 10  # the commit's layer, not the base image's
 
 
 def test_the_stream_digest_is_the_same_however_the_bytes_are_fed() -> None:

@@ -17,10 +17,10 @@ import asyncssh
 from pydantic import ValidationError
 
 from gpudock.agent import framed
-from gpudock.agent.image_delta import without_layers
 from gpudock.errors import RuntimeFailure
 from gpudock.runtime.base import Runtime
 from gpudock.runtime.calls import InstanceScope
+from gpudock.runtime.image_delta import without_layers
 from gpudock.runtime.transfer import (
     IMAGE_RECEIVE_COMMAND,
     IMAGE_SEND_COMMAND,

@@ -54,7 +54,9 @@ ZH_CN_MESSAGES: dict[str, str] = {
     "sending image {image} to {host}: {done} so far": (
         "正在把镜像 {image} 发送到 {host}：已发送 {done}"
     ),
-    "image {image} sent to {host}: {size}": "镜像 {image} 已发送到 {host}：{size}",
+    "image {image} sent to {host}: {size}; {layers} base layer(s) were there": (
+        "镜像 {image} 已发送到 {host}：{size}；其中 {layers} 个基础层那里已有"
+    ),
     "the cluster ended its container ({fault})": "集群终止了它的容器（{fault}）",
     "moving: waiting for a healthy {what} on another host than {host}, which ended it; "
     "{host} takes it again after {until}": (

@@ -339,6 +339,12 @@ class Runtime(Protocol):
         `image_id` or `error`. Never pulls, never resolves a name itself."""
         ...
 
+    def held_bottom(self, layers: tuple[str, ...]) -> list[str]:
+        """The diff IDs at the bottom of `layers` that an image on this engine has
+        in the same order (`transfer.common_bottom` against the one that shares
+        most): the layers a `docker load` here takes from its own store."""
+        ...
+
     def image_size(self, ref: str) -> int | None:
         """The image's size in bytes, or None if the engine lacks it."""
         ...

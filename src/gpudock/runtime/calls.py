@@ -160,6 +160,12 @@ METHODS: dict[str, Method] = _methods(
     Method("ensure_image", {"ref": _STR}, _NONE, lambda r, ref: r.ensure_image(ref)),
     Method("image_info", {"ref": _STR}, _t(ImageInfo | None), lambda r, ref: r.image_info(ref)),
     Method("image_size", {"ref": _STR}, _t(int | None), lambda r, ref: r.image_size(ref)),
+    Method(
+        "held_bottom",
+        {"layers": _t(list[str])},
+        _t(list[str]),
+        lambda r, layers: r.held_bottom(tuple(layers)),
+    ),
     Method("remove_image", {"ref": _STR}, _NONE, lambda r, ref: r.remove_image(ref)),
     Method(
         "ensure_volume",

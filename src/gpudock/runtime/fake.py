@@ -296,6 +296,9 @@ class FakeRuntime:
     def image_size(self, ref: str) -> int | None:
         return 1_000_000 if self.image_present(ref) else None
 
+    def held_bottom(self, layers: tuple[str, ...]) -> list[str]:
+        return []  # the fake's images have no layers
+
     def put_file(self, container_id: str, path: str, data: bytes, mode: int = 0o755) -> None:
         self.files[(self._get(container_id).state.id, path)] = data
 

@@ -20,6 +20,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from gpudock.errors import RuntimeFailure, RuntimeUnavailable
@@ -40,6 +41,7 @@ from gpudock.runtime.base import (
     VolumeState,
 )
 from gpudock.runtime.calls import CallRequest, CallResponse, ExecRequest, InstanceScope
+from gpudock.runtime.image_delta import without_layers
 from gpudock.runtime.link_ports import PortRequest
 from gpudock.runtime.transfer import ImageMove, ImageStreams, VolumeCopied
 
@@ -184,6 +186,10 @@ class LinkRuntime:
         result: ImageInfo | None = self._call("image_info", ref=ref)
         return result
 
+    def held_bottom(self, layers: tuple[str, ...]) -> list[str]:
+        result: list[str] = self._call("held_bottom", layers=list(layers))
+        return result
+
     def image_size(self, ref: str) -> int | None:
         result: int | None = self._call("image_size", ref=ref)
         return result
@@ -268,16 +274,25 @@ class LinkRuntime:
         )
 
     def receive_image(
-        self, source: ImageStreams, ref: str, on_progress: Callable[[int], None] | None = None
+        self,
+        source: ImageStreams,
+        ref: str,
+        omit: tuple[list[str], Path] | None = None,
+        on_progress: Callable[[int], None] | None = None,
     ) -> int:
         """Image `ref` of `source` (the server's own engine) onto this host, for
-        gpudock's images that no registry has; the bytes that crossed."""
-        move = ImageMove(ref=ref, scope=self._scope)
+        gpudock's images that no registry has; the bytes that crossed. `omit`:
+        the diff IDs this host holds at the image's bottom (`held_bottom`), left
+        out of the archive, and a directory to spool the layers read meanwhile."""
+        layers, spool_dir = omit or ([], Path())
+        move = ImageMove(ref=ref, scope=self._scope, omit_layers=layers)
+
+        def chunks() -> Iterator[bytes]:
+            saved = source.save_image(ref)
+            return without_layers(saved, set(layers), spool_dir) if layers else saved
+
         return self._transport().push_image(
-            move,
-            lambda: source.save_image(ref),
-            on_progress or (lambda _: None),
-            self._copy_timeout_s,
+            move, chunks, on_progress or (lambda _: None), self._copy_timeout_s
         )
 
     # -- containers ---------------------------------------------------------------

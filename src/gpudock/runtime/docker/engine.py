@@ -156,6 +156,9 @@ class DockerRuntime:
     def image_size(self, ref: str) -> int | None:
         return self._images.size(ref)
 
+    def held_bottom(self, layers: tuple[str, ...]) -> list[str]:
+        return self._images.held_bottom(layers)
+
     def remove_image(self, ref: str) -> None:
         self._images.remove(ref)
 

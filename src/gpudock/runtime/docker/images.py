@@ -19,6 +19,7 @@ from gpudock.runtime.docker.translate import (
     registry_unreachable,
     translated,
 )
+from gpudock.runtime.transfer import common_bottom
 
 SAVE_CHUNK = 1 << 20
 
@@ -100,6 +101,19 @@ class DockerImages:
         except RuntimeFailure:
             return None  # the engine refused the name itself: it has no such image
         return image_info_of(attrs)
+
+    def held_bottom(self, layers: tuple[str, ...]) -> list[str]:
+        best: list[str] = []
+        with translated("list images"):
+            summaries = self._api.images()
+        for summary in summaries:
+            if len(best) == len(layers):
+                break
+            found = self.info(str(summary["Id"]))
+            if found is not None:
+                shared = common_bottom(layers, found.layers)
+                best = shared if len(shared) > len(best) else best
+        return best
 
     def size(self, ref: str) -> int | None:
         found = self.info(ref)

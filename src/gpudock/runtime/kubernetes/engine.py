@@ -109,6 +109,9 @@ class KubernetesRuntime:
     def image_size(self, ref: str) -> int | None:
         return None
 
+    def held_bottom(self, layers: tuple[str, ...]) -> list[str]:
+        return []  # the nodes' image caches are theirs
+
     def remove_image(self, ref: str) -> None:
         """The nodes' kubelets collect unused images themselves."""
 

@@ -217,7 +217,7 @@ def _move_image(
     token: str,
 ) -> None:
     """The committed system image to `host`, without the layers of its base image
-    that `host` holds already (`agent.image_delta`: usually all but the commit's
+    that `host` holds already (`runtime.image_delta`: usually all but the commit's
     own); the whole image if the engine there cannot load the shorter archive."""
     source, destination = ends
     mine, held = source.image_info(instance.system_image), destination.image_info(instance.image)
@@ -278,9 +278,25 @@ def bring_local_image(
             )
             _tell(ctx, instance, token, said)
 
-    sent = runtime.receive_image(local, ref, progress)
+    mine = local.image_info(ref)
+    held = runtime.held_bottom(mine.layers) if mine is not None else []
+    spool = ctx.settings.data_dir / "transfers"
+    try:  # without the layers the host holds (a base image it has), where it can
+        sent = runtime.receive_image(local, ref, (held, spool) if held else None, progress)
+    except RuntimeUnavailable:
+        raise  # a link failed: the step is tried again, and resumes
+    except RuntimeFailure as exc:
+        if not held:
+            raise
+        log.warning("image %s without %d layers failed on %s (%s)", ref, len(held), host.name, exc)
+        held = []
+        sent = runtime.receive_image(local, ref, None, progress)
     done = Message(
-        "image {image} sent to {host}: {size}", image=ref, host=host.name, size=_size(sent)
+        "image {image} sent to {host}: {size}; {layers} base layer(s) were there",
+        image=ref,
+        host=host.name,
+        size=_size(sent),
+        layers=len(held),
     )
     _tell(ctx, instance, token, done)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from gpudock.agent.image_delta import without_layers
+from gpudock.runtime.image_delta import without_layers
 from gpudock.errors import RuntimeFailure
 from gpudock.images.base_image import BASE_IMAGE
 from gpudock.runtime.docker import DockerRuntime
