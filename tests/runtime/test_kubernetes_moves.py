@@ -162,7 +162,7 @@ def test_on_node_local_storage_a_move_streams_the_data_or_waits_for_its_node(
             data_dir=tmp_path / "data",
             runtime="kubernetes",
             kubeconfig=cluster.kubeconfig(tmp_path),
-            kubernetes_start_timeout_s=10.0,  # how long a copy's pod may wait to mount
+            kubernetes_start_timeout_s=6.0,  # how long a copy's pod may wait to mount
             volume_copy_timeout_s=DEADLINE_S,
             image_pull="missing",
         )
