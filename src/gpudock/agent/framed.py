@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -26,6 +27,7 @@ import asyncssh
 
 from gpudock.runtime.transfer import CHUNK, FRAME, ReceiveReport, StreamDigest, frame
 
+log = logging.getLogger(__name__)
 PROGRESS_EVERY = 8 * CHUNK  # bytes received between progress lines
 FAILED = 1
 _RECEIVING: dict[Path, asyncio.Lock] = {}  # per spool: the receiver holding it
@@ -242,6 +244,19 @@ class _Sink:
             while block := kept.read(CHUNK):
                 self.whole.add(block)
                 self.consumer.write(block)
+
+
+async def failed(
+    process: asyncssh.SSHServerProcess[bytes], sending: bool, what: str, exc: Exception
+) -> None:
+    """End a send or a receive that could not go on, saying why where the other
+    end reads it: a sender's stdout is the frames, so stderr; a receiver's report."""
+    log.warning("%s transfer failed: %s", what, exc)
+    if sending:
+        process.stderr.write(str(exc).encode())
+    else:
+        await report(process, ReceiveReport(error=str(exc)))
+    process.exit(FAILED)
 
 
 async def report(process: asyncssh.SSHServerProcess[bytes], line: ReceiveReport) -> None:

@@ -28,7 +28,6 @@ from gpudock.runtime.transfer import (
     ImageMove,
     ImageSend,
     ImageStreams,
-    ReceiveReport,
     image_spool_name,
 )
 
@@ -67,12 +66,7 @@ async def serve(
                 f"image {move.ref}",
             )
     except (RuntimeFailure, ValidationError, OSError) as exc:
-        log.warning("image transfer failed: %s", exc)
-        if sending:  # stdout is the frames: the error goes on stderr
-            process.stderr.write(str(exc).encode())
-        else:
-            await framed.report(process, ReceiveReport(error=str(exc)))
-        process.exit(framed.FAILED)
+        await framed.failed(process, sending, "image", exc)
 
 
 async def _send(

@@ -29,7 +29,6 @@ from gpudock.runtime.calls import InstanceScope
 from gpudock.runtime.transfer import (
     RECEIVE_COMMAND,
     SEND_COMMAND,
-    ReceiveReport,
     VolumeReceive,
     VolumeSend,
 )
@@ -71,12 +70,7 @@ async def serve(
                 admit(receive.scope)
             await _receive(runtime, receive, process, spool_dir)
     except (RuntimeFailure, ValidationError, OSError) as exc:
-        log.warning("volume transfer failed: %s", exc)
-        if sending:  # stdout is the frames: the error goes on stderr
-            process.stderr.write(str(exc).encode())
-        else:
-            await framed.report(process, ReceiveReport(error=str(exc)))
-        process.exit(framed.FAILED)
+        await framed.failed(process, sending, "volume", exc)
 
 
 async def _send(
