@@ -12,10 +12,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from gpudock.runtime.image_delta import without_layers
 from gpudock.errors import RuntimeFailure
 from gpudock.images.base_image import BASE_IMAGE
 from gpudock.runtime.docker import DockerRuntime
+from gpudock.runtime.image_delta import without_layers
 from gpudock.runtime.transfer import common_bottom
 
 pytestmark = pytest.mark.docker
