@@ -259,7 +259,7 @@ def test_a_wait_answers_at_the_change_not_at_its_next_look(
 
     def wait() -> None:
         url = f"{API}/instances/{instance['id']}/wait"
-        params = {"status": "running", "timeout_s": "120"}
+        params = {"status": "running", "timeout_s": "25"}
         response = client.get(url, params=params, headers=alice.headers)
         assert response.status_code == 200, response.text
         answers.append(response.json())
@@ -270,7 +270,7 @@ def test_a_wait_answers_at_the_change_not_at_its_next_look(
     wait_for(lambda: watched.waiting() == 1, "the request to wait")
     assert answers == []  # pending: nothing to answer yet
     platform.reconciler.drain()  # placed, created, started: each commit wakes it
-    waiter.join(60)
+    waiter.join(15)  # well before its 25 s timeout, or the next look at 120 s
     assert not waiter.is_alive(), "the wait did not answer when the instance ran"
     assert answers[0]["status"] == "running"
 
@@ -281,7 +281,7 @@ def test_a_wait_with_changed_from_answers_at_the_next_change(
     instance = create(client, alice, name="w")
     seen = f"{instance['status']}|{instance['status_reason']}"
     url = f"{API}/instances/{instance['id']}/wait"
-    params = {"status": "running", "changed_from": "something else|", "timeout_s": "60"}
+    params = {"status": "running", "changed_from": "something else|", "timeout_s": "20"}
     first = client.get(url, params=params, headers=alice.headers).json()
     assert first["status"] == "pending"  # already not what the caller last saw: at once
     held = client.get(

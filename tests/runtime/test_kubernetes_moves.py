@@ -52,49 +52,12 @@ def test_an_instance_on_a_lost_node_moves_to_another_with_its_data(
     assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "travels\n"
 
 
-def test_an_evicted_pod_moves_its_instance_off_that_node_with_its_data(
-    kube: Platform, cluster: FakeKubeCluster
-) -> None:
-    ctx = kube.ctx
-    started = run_instance(kube, "dave", "evictee")
-    created, namespace, name = started.row, started.namespace, started.pod
-    cluster.exec(namespace, name, ["sh", "-c", "echo survives > /root/data/f"])
-    cluster.evict_pod(namespace, name, "The node was low on resource: memory.")
-
-    def waiting_elsewhere() -> InstanceModel | None:
-        kube.reconciler.drain()
-        with ctx.sessions() as session:
-            row = session.get(InstanceModel, created.id)
-            assert row is not None and row.status != InstanceStatus.FAILED, row
-            return row if "another host than gpu-a" in (row.status_reason or "") else None
-
-    # gpu-a still has a free GPU, but the node that evicted it is avoided for a while.
-    waiting = wait_for(waiting_elsewhere, "the instance to wait for another node", DEADLINE_S)
-    assert waiting.status == InstanceStatus.MIGRATING and not waiting.placed
-    with ctx.sessions() as session:
-        [move] = session.scalars(select(MigrationModel)).all()
-        assert move.trigger == "evicted" and "Evicted" in move.reason
-        assert "low on resource: memory" in move.reason
-        [interval] = compute_intervals(session, created.id)
-        assert interval.closed_at is not None  # billing stopped when the pod ended
-
-    cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
-    inventory.sync_inventory(ctx, ctx.gpu_source.discover())
-    moved = drain_until(kube, created.id, InstanceStatus.RUNNING)
-    with ctx.sessions() as session:
-        host = session.get(HostModel, moved.host_id)
-        assert host is not None and host.name == "gpu-b"
-    [pod] = [p for p in cluster.objects("Pod", namespace) if p["metadata"]["name"] == name]
-    assert pod["spec"]["nodeName"] == "gpu-b"
-    assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "survives\n"
-
-
 @pytest.fixture
 def kube_home(kube_with: Callable[..., Platform]) -> Platform:
     return kube_with(kubernetes_home=True)
 
 
-def test_with_the_home_option_root_survives_a_stop_and_a_move(
+def test_root_survives_a_stop_with_the_home_option_and_an_eviction_moves_all_of_it(
     kube_home: Platform, cluster: FakeKubeCluster
 ) -> None:
     ctx = kube_home.ctx
@@ -119,12 +82,33 @@ def test_with_the_home_option_root_survives_a_stop_and_a_move(
     assert "sys" in cluster.exec(namespace, name, ["ls", "/root"]).split()
     assert cluster.exec(namespace, name, ["ls", "-A", "/root/data"]).split() == ["f"]
 
+    # Evicted: a fault, not an exit. gpu-a still has a free GPU, but the node that
+    # evicted it is avoided for a while: with no other node, the instance waits.
+    cluster.evict_pod(namespace, name, "The node was low on resource: memory.")
+
+    def waiting_elsewhere() -> InstanceModel | None:
+        kube_home.reconciler.drain()
+        with ctx.sessions() as session:
+            row = session.get(InstanceModel, created.id)
+            assert row is not None and row.status != InstanceStatus.FAILED, row
+            return row if "another host than gpu-a" in (row.status_reason or "") else None
+
+    waiting = wait_for(waiting_elsewhere, "the instance to wait for another node", DEADLINE_S)
+    assert waiting.status == InstanceStatus.MIGRATING and not waiting.placed
+    with ctx.sessions() as session:
+        [move] = session.scalars(select(MigrationModel)).all()
+        assert move.trigger == "evicted" and "Evicted" in move.reason
+        assert "low on resource: memory" in move.reason
+        intervals = compute_intervals(session, created.id)
+        assert all(i.closed_at is not None for i in intervals)  # billed to the pod's end
+
     cluster.add_node("gpu-b", gpus=2, product="NVIDIA-A100-SXM4-80GB")
     inventory.sync_inventory(ctx, ctx.gpu_source.discover())
-    cluster.evict_pod(namespace, name, "The node was low on resource: ephemeral-storage.")
     moved = wait_for(
         lambda: running_on(kube_home, created.id, "gpu-b"), "the move to gpu-b", DEADLINE_S
     )
+    [pod] = [p for p in cluster.objects("Pod", namespace) if p["metadata"]["name"] == name]
+    assert pod["spec"]["nodeName"] == "gpu-b"
     assert moved.data_volume != claim["metadata"]["name"]  # a copy, laid out as its source
     assert "sys" in cluster.exec(namespace, name, ["ls", "/root"]).split()
     assert cluster.exec(namespace, name, ["cat", "/root/data/f"]) == "kept\n"

@@ -171,7 +171,10 @@ async def wait(
             "(`status|reason`, as the last answer gave them): to show progress."
         ),
     ] = None,
-    timeout_s: Annotated[float, Query(ge=0, le=300, description="Longest wait, seconds.")] = 30.0,
+    timeout_s: Annotated[
+        float,
+        Query(ge=0, le=25, description="Longest wait, seconds (within a client's usual 30 s)."),
+    ] = 25.0,
 ) -> InstancePublic:
     """The instance once it is `status`, has failed, is no longer meant to be
     `status`, or (with `changed_from`) its status or reason changed; else as it is
