@@ -14,4 +14,10 @@ echo "==> lint, format, types, layers"
 .venv/bin/lint-imports
 
 echo "==> tests"
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two workers (pytest-xdist), each taking whole modules: most of the suite waits on
+# Docker, servers and browsers rather than on a core, so two at once nearly halve
+# the wall time on a 2-core machine. GPUDOCK_TEST_WORKERS=0 runs in one process.
+workers=${GPUDOCK_TEST_WORKERS:-2}
+parallel=()
+if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
+.venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@"
