@@ -65,6 +65,8 @@ class FakeRuntime:
     # Reconciler threads and API workers call it at once: every scan iterates a
     # snapshot (list(...)), so an insert elsewhere cannot break it mid-loop.
     containers: dict[str, _Container] = field(default_factory=dict)
+    # name -> id, so that a look-up by name is not a scan (a bench holds thousands)
+    container_ids: dict[str, str] = field(default_factory=dict)
     volumes: dict[str, VolumeState] = field(default_factory=dict)
     volume_quotas_gb: dict[str, int | None] = field(default_factory=dict)
     networks: dict[str, NetworkState] = field(default_factory=dict)
@@ -188,6 +190,7 @@ class FakeRuntime:
                 labels=dict(spec.labels),
             )
             self.containers[state.id] = _Container(state=state, spec=spec)
+            self.container_ids[state.name] = state.id
             return state
 
     def start_container(self, container_id: str) -> ContainerState:
@@ -232,6 +235,7 @@ class FakeRuntime:
             container = self._find(container_id)
             if container is not None:
                 del self.containers[container.state.id]
+                self.container_ids.pop(container.state.name, None)
         if container is not None and container.spec.network and not keep_network:
             self.remove_network(container.spec.network)
 
@@ -358,10 +362,10 @@ class FakeRuntime:
         return self._get(name_or_id).spec
 
     def _find(self, name_or_id: str) -> _Container | None:
-        for container in list(self.containers.values()):
-            if name_or_id in (container.state.id, container.state.name):
-                return container
-        return None
+        found = self.containers.get(name_or_id)
+        if found is None:
+            found = self.containers.get(self.container_ids.get(name_or_id, ""))
+        return found
 
     def _get(self, name_or_id: str) -> _Container:
         found = self._find(name_or_id)

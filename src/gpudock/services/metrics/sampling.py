@@ -93,7 +93,8 @@ def sample_running(ctx: ServiceContext, state: SamplerState) -> list[Sample]:
     targets = running_targets(ctx)
     live = {t.container_id for t in targets}
     state.previous = {cid: s for cid, s in state.previous.items() if cid in live}
-    state.disks = {i: d for i, d in state.disks.items() if i in {t.instance_id for t in targets}}
+    sampled = {t.instance_id for t in targets}
+    state.disks = {i: d for i, d in state.disks.items() if i in sampled}
     if not targets:
         return []
     gpu_use = _read_gpus(ctx, state, targets)
