@@ -20,7 +20,12 @@ from gpudock.services.context import ServiceContext
 _bearer = HTTPBearer(auto_error=False, description="API token: `Authorization: Bearer gpd_…`")
 
 
-def get_context(request: Request) -> ServiceContext:
+# The dependencies that only read the request are `async def`: FastAPI runs a plain
+# `def` dependency in its thread pool, a hop (and a GIL hand-over) each, on every
+# request; these do no I/O, so they run on the event loop instead.
+
+
+async def get_context(request: Request) -> ServiceContext:
     context: ServiceContext = request.app.state.context
     return context
 
@@ -28,7 +33,7 @@ def get_context(request: Request) -> ServiceContext:
 Context = Annotated[ServiceContext, Depends(get_context)]
 
 
-def get_language(request: Request) -> str:
+async def get_language(request: Request) -> str:
     """The language of the human texts in an answer (errors, reasons, events, ledger
     lines), from `Accept-Language`; codes, statuses and amounts never change with it."""
     return messages.negotiate(request.headers.get("accept-language"))
@@ -47,14 +52,14 @@ def get_caller(
 CurrentCaller = Annotated[Caller, Depends(get_caller)]
 
 
-def get_current_user(caller: CurrentCaller) -> UserModel:
+async def get_current_user(caller: CurrentCaller) -> UserModel:
     return caller.user
 
 
 CurrentUser = Annotated[UserModel, Depends(get_current_user)]
 
 
-def get_admin(user: CurrentUser) -> UserModel:
+async def get_admin(user: CurrentUser) -> UserModel:
     if not user.is_admin:
         raise Forbidden("this needs an admin token")
     return user

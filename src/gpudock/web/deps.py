@@ -56,15 +56,23 @@ class LoginRequired(Exception):
     """No live session: pages redirect to /login, htmx fragments ask htmx to."""
 
 
-def get_context(request: Request) -> ServiceContext:
+def context_of(request: Request) -> ServiceContext:
     context: ServiceContext = request.app.state.context
     return context
+
+
+# Dependencies that do no I/O are `async def`: FastAPI runs a plain `def` one in
+# its thread pool, a hop (and a GIL hand-over) each, on every request.
+
+
+async def get_context(request: Request) -> ServiceContext:
+    return context_of(request)
 
 
 Context = Annotated[ServiceContext, Depends(get_context)]
 
 
-def get_cpu_meter(request: Request) -> CpuMeter:
+async def get_cpu_meter(request: Request) -> CpuMeter:
     """The console's one meter (made by `mount_console`): CPU % compares each
     poll of the usage fragment with the previous one of the same container."""
     meter: CpuMeter = request.app.state.cpu_meter
@@ -78,7 +86,7 @@ def optional_viewer(request: Request, ctx: Context) -> WebSession | None:
     return accounts.resolve_session(ctx, request.cookies.get(SESSION_COOKIE))
 
 
-def get_viewer(viewer: Annotated[WebSession | None, Depends(optional_viewer)]) -> WebSession:
+async def get_viewer(viewer: Annotated[WebSession | None, Depends(optional_viewer)]) -> WebSession:
     if viewer is None:
         raise LoginRequired
     return viewer
@@ -87,10 +95,14 @@ def get_viewer(viewer: Annotated[WebSession | None, Depends(optional_viewer)]) -
 Viewer = Annotated[WebSession, Depends(get_viewer)]
 
 
-def get_admin_viewer(viewer: Viewer) -> WebSession:
+def _admin_only(viewer: WebSession) -> WebSession:
     if not viewer.user.is_admin:
         raise Forbidden("this page is for admins")
     return viewer
+
+
+async def get_admin_viewer(viewer: Viewer) -> WebSession:
+    return _admin_only(viewer)
 
 
 AdminViewer = Annotated[WebSession, Depends(get_admin_viewer)]
@@ -186,19 +198,19 @@ def _error_page(request: Request, exc: GpudockError) -> Response:
     """The page for a domain error, with the status the API answers it with."""
     if isinstance(exc, Unauthenticated):
         return _login_redirect(request)
-    viewer = optional_viewer(request, get_context(request))
+    viewer = optional_viewer(request, context_of(request))
     title = ERROR_TITLES.get(exc.http_status, "Something went wrong")
     return render(request, "error.html", viewer, exc.http_status, title=title, message=exc.message)
 
 
 def _page_not_found(request: Request) -> Response:
-    viewer = optional_viewer(request, get_context(request))
+    viewer = optional_viewer(request, context_of(request))
     message = f"there is no page at {request.url.path}"
     return render(request, "error.html", viewer, 404, title="Not found", message=message)
 
 
 def _server_fault_page(request: Request) -> Response:
-    viewer = optional_viewer(request, get_context(request))
+    viewer = optional_viewer(request, context_of(request))
     title = "Something went wrong"
     return render(request, "error.html", viewer, 500, title=title, message=SERVER_FAULT_MESSAGE)
 
@@ -250,8 +262,8 @@ class ConsoleRoute(APIRoute):
         return handle
 
 
-def get_admin_csrf_viewer(viewer: CsrfViewer) -> WebSession:
-    return get_admin_viewer(viewer)
+async def get_admin_csrf_viewer(viewer: CsrfViewer) -> WebSession:
+    return _admin_only(viewer)
 
 
 AdminCsrfViewer = Annotated[WebSession, Depends(get_admin_csrf_viewer)]
