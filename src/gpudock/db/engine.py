@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
+import threading
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,11 +42,56 @@ def _make_engine(url: str) -> Engine:
     """
     if url.startswith("sqlite"):
         engine = create_engine(
-            url, connect_args={"timeout": 30, "check_same_thread": False}, pool_size=20
+            url,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
+            pool_size=20,
         )
+        _queue_writers_in_process(engine)  # first: its "begin" runs before BEGIN IMMEDIATE
         _configure_sqlite(engine)
         return engine
     return create_engine(url, pool_size=20, max_overflow=10, pool_pre_ping=True)
+
+
+SQLITE_BUSY_TIMEOUT_S = 30
+_HOLDS_WRITE_TURN = "gpudock_holds_write_turn"
+
+
+_WRITE_TURNS: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
+
+
+def write_turn(engine: Engine) -> threading.Lock | None:
+    """The lock this process's writers take turns on (SQLite only; None otherwise)."""
+    return _WRITE_TURNS.get(engine)
+
+
+def _queue_writers_in_process(engine: Engine) -> None:
+    """Writers of this process take turns on a lock before BEGIN IMMEDIATE.
+
+    Without it, a writer that finds SQLite's write lock taken sleeps in SQLite's busy
+    handler (1, 2, 5 … 100 ms, growing) and sees the lock free only when it wakes:
+    under load the lock sits idle between holders while a queue of writers sleeps,
+    each holding a pooled connection, and readers then wait for a connection too.
+    A lock in the process hands the turn over the moment the last writer's
+    connection goes back to the pool (after its COMMIT or rollback). Other processes
+    on the same file still meet SQLite's busy handler, as before; a turn not had
+    within the busy timeout falls back to it too (never worse than without)."""
+    turn = _WRITE_TURNS[engine] = threading.Lock()
+
+    @event.listens_for(engine, "begin")
+    def _take_turn(connection: Any) -> None:
+        if connection.get_execution_options().get(READ_ONLY_OPTION, False):
+            return
+        info = connection.connection.info  # the pooled connection's, kept across uses
+        if not info.get(_HOLDS_WRITE_TURN) and turn.acquire(timeout=SQLITE_BUSY_TIMEOUT_S):
+            info[_HOLDS_WRITE_TURN] = True
+
+    def _give_turn_back(_dbapi_connection: Any, record: Any, *_args: Any) -> None:
+        if record is not None and record.info.pop(_HOLDS_WRITE_TURN, False):
+            turn.release()
+
+    event.listen(engine, "checkin", _give_turn_back)
+    event.listen(engine, "invalidate", _give_turn_back)
+    event.listen(engine, "soft_invalidate", _give_turn_back)
 
 
 def _configure_sqlite(engine: Engine) -> None:
