@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import event, select
@@ -14,6 +16,7 @@ from gpudock.db.models import GpuDeviceModel, HostModel
 from gpudock.link.wire import GpuReport, HostReport, JoinRequest
 from gpudock.platform import Platform
 from gpudock.services.agents import enrollment, hosts, links
+from tests.support.clocks import FakeClock
 from tests.support.platforms import PlatformFactory
 
 GPUS = 8
@@ -91,3 +94,18 @@ def test_a_heartbeat_that_reports_a_change_still_syncs_it(
         assert host is not None and host.cpus == 96
     assert links.record_heartbeat(platform.ctx, host_id, _report())
     assert _present_gpus(platform, host_id) == GPUS  # back when reported again
+
+
+def test_the_last_heartbeat_never_goes_back(platform_factory: PlatformFactory) -> None:
+    """Two reports of one host may be written in either order (each waits its turn for
+    the write lock); the host-loss pass may already have closed billing at the later."""
+    platform = platform_factory(agent_link_port=7443, agent_link_host="127.0.0.1")
+    host_id = _enroll(platform)
+    clock = FakeClock(platform.ctx.clock())  # after the enrollment's own time
+    ctx = replace(platform.ctx, clock=clock)
+    later = clock.advance(5)
+    assert links.record_heartbeat(ctx, host_id, _report())
+    clock.now = later - timedelta(milliseconds=70)  # written after, measured before
+    assert links.record_heartbeat(ctx, host_id, _report())
+    assert links.record_link_up(ctx, host_id, _report(), "10.0.0.9") is not None
+    assert hosts.get_host(platform.ctx, "beat-1").last_heartbeat_at == later

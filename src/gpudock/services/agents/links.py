@@ -51,14 +51,14 @@ def record_link_up(
     ctx: ServiceContext, host_id: str, report: HostReport, peer: str
 ) -> AgentHost | None:
     """The agent connected and said hello; None: the host is gone meanwhile."""
-    now = ctx.clock()
     with ctx.sessions.begin() as session:
+        now = ctx.clock()  # in the write transaction: see `_heard`
         row = session.get(AgentHostModel, host_id)
         if row is None:
             return None
         grown = record_report(session, row, report, now) or row.lost_at is not None
         row.link_state, row.link_changed_at, row.link_peer = LinkState.UP, now, peer
-        row.last_heartbeat_at = now
+        _heard(row, now)
         session.flush()
         linked = AgentHost.of(row)
     if grown:
@@ -68,19 +68,27 @@ def record_link_up(
 
 def record_heartbeat(ctx: ServiceContext, host_id: str, report: HostReport) -> bool:
     """False: the host was removed, so its agent is revoked and the link must close."""
-    now = ctx.clock()
     with ctx.sessions.begin() as session:
+        now = ctx.clock()  # in the write transaction: see `_heard`
         row = session.get(AgentHostModel, host_id)
         if row is None:
             return False
         grown = record_report(session, row, report, now)
-        row.last_heartbeat_at = now
+        _heard(row, now)
         if row.link_state is not LinkState.UP:  # another server's drop was written late
             row.link_state, row.link_changed_at = LinkState.UP, row.last_heartbeat_at
         grown |= row.lost_at is not None  # back: the host loss pass restores it
     if grown:
         ctx.wake_reconciler()
     return True
+
+
+def _heard(row: AgentHostModel, now: datetime) -> None:
+    """The last heartbeat never goes back. Two reports of one host can be written in
+    either order (each waits its turn for the write lock); a loss pass may already
+    have closed billing at the later one, which must stay the host's last."""
+    if row.last_heartbeat_at is None or now > row.last_heartbeat_at:
+        row.last_heartbeat_at = now
 
 
 def record_link_down(ctx: ServiceContext, host_id: str, up_since: datetime | None) -> None:
