@@ -11,8 +11,8 @@ in its database, 100 concurrent clients.
 
 The server runs in a child process on the fake runtime (`GPUDOCK_RUNTIME=fake`)
 over a simulated fleet with some GPUs to spare, rate limits off (every client
-comes from 127.0.0.1) and the liveness check slowed to hourly (the fake
-runtime of the server knows nothing of the seeded containers). Once it
+comes from 127.0.0.1) and the liveness check slowed to hourly after its first
+pass at start-up. Once it
 answers, this process seeds its database through the services (users, tokens,
 prices, top-ups) and by bulk inserts (instances, GPU allocations, open billing
 intervals): `--running` running priced instances, the rest stopped. The server
@@ -99,6 +99,21 @@ class Tally:
     server_errors: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     failures: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __getstate__(self) -> dict[str, object]:  # to the parent from a client process
+        return {k: v for k, v in vars(self).items() if k != "lock"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        vars(self).update(state, lock=threading.Lock())
+
+    def merge(self, other: Tally) -> None:
+        for op, values in other.latencies_ms.items():
+            self.latencies_ms[op].extend(values)
+        for op, count in other.client_errors.items():
+            self.client_errors[op] += count
+        for op, count in other.server_errors.items():
+            self.server_errors[op] += count
+        self.failures.extend(other.failures)
 
     def record(self, op: str, elapsed_ms: float, status: int) -> None:
         with self.lock:
@@ -250,21 +265,12 @@ def run_load(urls: list[str], tokens: list[str], plan: LoadPlan) -> Tally:
     rng = random.Random(7)
     chosen = list(enumerate(rng.sample(tokens, min(plan.clients, len(tokens)))))
     start_at = time.time() + 15  # every process has spawned and made its clients
-    count = plan.processes
-    shares = [chosen[n::count] for n in range(count)]
-    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
-        parts = list(
-            pool.map(_run_clients, [urls] * count, shares, [start_at] * count, [plan] * count)
-        )
+    n = plan.processes
+    shares = [chosen[i::n] for i in range(n)]
     tally = Tally()
-    for part in parts:
-        for op, values in part.latencies_ms.items():
-            tally.latencies_ms[op].extend(values)
-        for op, count in part.client_errors.items():
-            tally.client_errors[op] += count
-        for op, count in part.server_errors.items():
-            tally.server_errors[op] += count
-        tally.failures.extend(part.failures)
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for part in pool.map(_run_clients, [urls] * n, shares, [start_at] * n, [plan] * n):
+            tally.merge(part)
     return tally
 
 
@@ -284,7 +290,6 @@ def _run_clients(
         thread.start()
     for thread in threads:
         thread.join()
-    tally.lock = None  # type: ignore[assignment]  # not picklable; the parent merges
     return tally
 
 
@@ -377,7 +382,7 @@ def _liveness_ran(server: ServerProcess, token: str) -> bool:
 
 
 def _all_settled(platform: Platform, running: int) -> bool:
-    with platform.ctx.sessions() as session:
+    with platform.ctx.reader() as session:  # never in the servers' writers' way
         settled = session.scalar(
             select(func.count())
             .select_from(InstanceModel)

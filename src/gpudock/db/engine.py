@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 READ_ONLY_OPTION = "gpudock_read_only"
+SQLITE_BUSY_TIMEOUT_S = 30
+_HOLDS_WRITE_TURN = "gpudock_holds_write_turn"
+_WRITE_TURNS: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
 
 
 def make_engine(url: str) -> Engine:
@@ -34,7 +37,8 @@ def make_engine(url: str) -> Engine:
 
 
 def _make_engine(url: str) -> Engine:
-    """Create an engine; SQLite gets WAL, a busy timeout and BEGIN IMMEDIATE.
+    """Create an engine; SQLite gets WAL, a busy timeout, BEGIN IMMEDIATE and a
+    write turn (`_queue_writers_in_process`).
 
     BEGIN IMMEDIATE makes every SQLite transaction take the write lock up
     front, so two writers queue instead of failing with 'database is locked'
@@ -50,13 +54,6 @@ def _make_engine(url: str) -> Engine:
         _configure_sqlite(engine)
         return engine
     return create_engine(url, pool_size=20, max_overflow=10, pool_pre_ping=True)
-
-
-SQLITE_BUSY_TIMEOUT_S = 30
-_HOLDS_WRITE_TURN = "gpudock_holds_write_turn"
-
-
-_WRITE_TURNS: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
 
 
 def write_turn(engine: Engine) -> threading.Lock | None:
@@ -90,8 +87,7 @@ def _queue_writers_in_process(engine: Engine) -> None:
             turn.release()
 
     event.listen(engine, "checkin", _give_turn_back)
-    event.listen(engine, "invalidate", _give_turn_back)
-    event.listen(engine, "soft_invalidate", _give_turn_back)
+    event.listen(engine, "invalidate", _give_turn_back)  # closed: its transaction is gone
 
 
 def _configure_sqlite(engine: Engine) -> None:
