@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -46,6 +47,7 @@ class LinkRig:
         self.runtimes: dict[str, Runtime] = {}
         self.watched: set[str] = set()  # agents that watch their NVML's health
         self.nvmls: dict[str, FakeNvml] = {}  # what each agent's NVML reports
+        self._welcomed: dict[str, threading.Event] = {}  # set once its server.json is saved
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self._thread.run(coroutine)
@@ -99,7 +101,10 @@ class LinkRig:
         return HostInventory(NvmlGpuSource(nvml=self.nvmls[name]), engine)
 
     def halt(self, name: str) -> None:
-        """Stop agent `name` as SIGTERM would (its connection closes)."""
+        """Stop agent `name` as SIGTERM would (its connection closes), once it has
+        been welcomed: the server shows a link up when it sends its welcome, before
+        a joining agent has saved its enrollment (which `rerun` needs)."""
+        assert self._welcomed[name].wait(timeout=30), f"agent {name} was never welcomed"
         self.agents[name].cancel()
 
     def journal(self, name: str) -> HealthJournal:
@@ -111,6 +116,8 @@ class LinkRig:
         if name in self.watched:
             source = agent.inventory.gpu_source
             agent.health = HealthWatcher(source, HealthJournal(self.state_dir(name)), every_s=0.1)
+        welcomed = self._welcomed[name] = threading.Event()
+        agent.on_welcome = lambda _host_name: welcomed.set()
         running = asyncio.run_coroutine_threadsafe(agent.run(), self.loop)
         self.agents[name] = running
         return running
