@@ -8,6 +8,7 @@ in its database, 100 concurrent clients.
         [--charge-period-s 60]
         [--server-env NAME=VALUE ...]  # e.g. GPUDOCK_METRICS_INTERVAL_S=3600
         [--read-only] [--client-processes 4]
+        [--think-ms 0]       # each client's mean pause between an answer and its next call
 
 The server runs in a child process on the fake runtime (`GPUDOCK_RUNTIME=fake`)
 over a simulated fleet with some GPUs to spare, rate limits off (every client
@@ -21,7 +22,11 @@ own), so its first liveness pass recreates them, as after an engine lost them;
 the clock starts once every one runs again. Then `--clients` threads, spread over
 `--client-processes` processes, each thread one user with its own httpx client, run
 for `--duration` seconds: 80 % reads (list, show, balance, ledger, SSH keys) and
-20 % writes (create, stop, start, delete of what that client created).
+20 % writes (create, stop, start, delete of what that client created). With
+`--think-ms` each client pauses between an answer and its next request
+(exponentially distributed, that mean): people and scripts at that pace, rather
+than a closed loop whose latency is clients / throughput whatever a request costs.
+The server's and the clients' CPU seconds during the load are printed too.
 
 With `--servers 1,2` the load runs twice over the same database: against one
 `gpudock server`, then against two on it (the HA topology: own data dirs, one
@@ -44,6 +49,7 @@ import logging
 import multiprocessing
 import os
 import random
+import resource
 import secrets
 import statistics
 import sys
@@ -214,8 +220,13 @@ class LoadClient:
         ops = {**READS, **({} if read_only else WRITES)}
         self.ops, self.weights = list(ops), list(ops.values())
 
-    def run_until(self, deadline: float) -> None:
+    def run_until(self, deadline: float, think_ms: float = 0.0) -> None:
         while time.monotonic() < deadline:
+            if think_ms:  # a person or a script between two calls
+                pause = min(self.rng.expovariate(1000 / think_ms), 10 * think_ms / 1000)
+                time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+                if time.monotonic() >= deadline:
+                    break
             op = self.rng.choices(self.ops, self.weights)[0]
             try:
                 self.one(op)
@@ -256,6 +267,7 @@ class LoadPlan:
     duration_s: float = 30.0
     processes: int = 4  # the clients are spread over these
     read_only: bool = False
+    think_ms: float = 0.0  # mean pause between a client's answer and its next request
 
 
 def run_load(urls: list[str], tokens: list[str], plan: LoadPlan) -> Tally:
@@ -285,7 +297,9 @@ def _run_clients(
     ]
     time.sleep(max(0.0, start_at - time.time()))
     deadline = time.monotonic() + plan.duration_s
-    threads = [threading.Thread(target=w.run_until, args=(deadline,)) for w in workers]
+    threads = [
+        threading.Thread(target=w.run_until, args=(deadline, plan.think_ms)) for w in workers
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -414,8 +428,19 @@ def run_phase(
         f"load average {os.getloadavg()[0]:.2f}"
     )
     try:
-        plan = LoadPlan(args.clients, args.duration, args.client_processes, args.read_only)
+        plan = LoadPlan(
+            args.clients, args.duration, args.client_processes, args.read_only, args.think_ms
+        )
+        servers_cpu, clients_cpu = _cpu_seconds(servers), _children_cpu_seconds()
         tally = run_load([s.url for s in servers], tokens, plan)
+        servers_cpu = _cpu_seconds(servers) - servers_cpu
+        clients_cpu = _children_cpu_seconds() - clients_cpu
+        answered = sum(len(v) for v in tally.latencies_ms.values())
+        print(
+            f"CPU during the load: server(s) {servers_cpu:.1f} s "
+            f"({1000 * servers_cpu / max(answered, 1):.1f} ms a request), "
+            f"clients {clients_cpu:.1f} s, of {os.cpu_count()} cores x {plan.duration_s:.0f} s"
+        )
     finally:
         for server in servers:
             server.kill()
@@ -426,6 +451,23 @@ def run_phase(
         + ("; ".join(problems) if problems else "no GPU held twice, no second charged twice")
     )
     return tally
+
+
+def _cpu_seconds(servers: list[ServerProcess]) -> float:
+    """User and system CPU the servers' processes have used so far."""
+    total = 0.0
+    for server in servers:
+        assert server.process is not None
+        fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _children_cpu_seconds() -> float:
+    """CPU of this process's children that have ended (the client processes, once
+    their pool has shut down)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -443,6 +485,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--charge-period-s", type=int, default=60)
     parser.add_argument(
         "--read-only", action="store_true", help="reads only (the writes take turns on a lock)"
+    )
+    parser.add_argument(
+        "--think-ms",
+        type=float,
+        default=0.0,
+        help="each client pauses this long on average (exponentially distributed) "
+        "between an answer and its next request; 0: a closed loop at full speed",
     )
     parser.add_argument(
         "--client-processes", type=int, default=4, help="processes the clients are spread over"

@@ -39,6 +39,14 @@ class Settings(BaseSettings):
         description="Log a line per HTTP request (uvicorn's access log); off by default, "
         "it costs a few per cent of the server's CPU under load.",
     )
+    http_keep_alive_s: int = Field(
+        default=75,
+        ge=1,
+        description="How long an idle HTTP connection stays open for the client's next "
+        "request. Longer than clients keep theirs (httpx: 5 s; load balancers: 60 s), so "
+        "that the client, not the server, closes an idle one: a server that closes as the "
+        "client sends makes the client see a reset.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="warning",
         description="The server's own log (stderr): 'info' adds what the reconciler does "

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from gpudock.cli.commands import server as server_command
 from gpudock.cli.main import app
-from tests.support.server_process import GPUDOCK, free_port
+from gpudock.settings import Settings
+from tests.support.server_process import GPUDOCK, ServerProcess, free_port
 
 
 def test_a_bad_database_url_fails_before_the_server_listens(tmp_path: Path) -> None:
@@ -73,3 +74,33 @@ def test_the_log_level_setting_decides_what_the_server_says(
     said = capsys.readouterr().err
     assert all(line in said for line in shown), said
     assert not any(line in said for line in hidden), said
+
+
+def _healthz(conn: socket.socket) -> bytes:
+    conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: gpudock\r\n\r\n")
+    answer = b""
+    while b'{"status":"ok"}' not in answer:
+        chunk = conn.recv(4096)
+        assert chunk, f"closed after {answer!r}"
+        answer += chunk
+    return answer
+
+
+@pytest.mark.slow
+def test_an_idle_connection_outlives_the_clients_keep_alive(tmp_path: Path) -> None:
+    # Clients keep theirs 5 s (httpx) to 60 s (load balancers): the server must keep
+    # its end longer (uvicorn's own default is 5 s), or it closes one just as a client
+    # sends on it and the client sees a reset.
+    assert Settings().http_keep_alive_s > 60
+    server = ServerProcess(tmp_path, "1x1xA100-80GB", env={"GPUDOCK_RUNTIME": "fake"})
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+            assert b"connection: close" not in _healthz(conn).lower()
+            conn.settimeout(7)  # past uvicorn's default
+            with pytest.raises(TimeoutError):
+                conn.recv(1)  # nothing: not closed
+            conn.settimeout(30)
+            assert _healthz(conn).startswith(b"HTTP/1.1 200")
+    finally:
+        server.kill()

@@ -110,6 +110,7 @@ def _run(settings: Settings) -> None:
             port=settings.port,
             log_level="info",
             access_log=settings.access_log,
+            timeout_keep_alive=settings.http_keep_alive_s,
         )
     )
     staged.on_failure = lambda _exc: setattr(server, "should_exit", True)
