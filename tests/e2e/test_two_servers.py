@@ -19,6 +19,7 @@ import docker
 import httpx
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
 from gpudock.db.models import InstanceModel
 from gpudock.platform import SERVER_ID_FILE
@@ -248,7 +249,27 @@ def test_killing_one_server_under_load_leaves_the_other_serving_and_consistent(
     assert load.dropped[second.port] == 0
     assert [c for c in load.codes[second.port] if c >= 500] == []
     assert [c for c in load.codes[first.port] if c >= 500] == []
-    wait_settled(second, token, others=(first,))
-    assert invariants.check(postgres_url) == []
     _, sessions, cluster = second.database()
-    assert_converged_on(sessions, cluster, engine)
+    _settled_and_converged(second, token, first, sessions, cluster, engine)
+    assert invariants.check(postgres_url) == []
+
+
+def _settled_and_converged(
+    server: ServerProcess,
+    token: str,
+    killed: ServerProcess,
+    sessions: sessionmaker[Session],
+    cluster: str,
+    engine: docker.DockerClient,
+) -> None:
+    """Settled, then converged; settled again if an instance moved on after the settle
+    check (seen in CI: placed and starting once the survivor had finished what the
+    killed server held), but never more than three times."""
+    for attempt in range(3):
+        wait_settled(server, token, others=(killed,))
+        try:
+            assert_converged_on(sessions, cluster, engine)
+            return
+        except AssertionError as exc:
+            if "stuck in a transitional state" not in str(exc) or attempt == 2:
+                raise

@@ -141,7 +141,7 @@ def test_jupyterlab_and_tensorboard_in_the_browser_through_the_proxy(
         board.goto(f"{base}/tensorboard/#scalars")
         board.get_by_text("gpudock_loss").first.wait_for(timeout=UI_MS)
 
-        container.pause()  # the instance side stops answering; the browser's stays
+        _pause(container)  # the instance side stops answering; the browser's stays
         paused = time.monotonic()
         try:
             kernel.wait_for_event("close", timeout=4 * IDLE_S * 1000)
@@ -155,3 +155,16 @@ def _container_of(platform: Platform, instance_id: str) -> str:
         found = session.get(InstanceModel, instance_id)
         assert found is not None and found.container_id
         return found.container_id
+
+
+def _pause(container: docker.models.containers.Container) -> None:
+    """`docker pause`, again when the kernel could not freeze the cgroup at once (seen
+    in CI: "OCI runtime pause failed: unable to freeze", a freeze that timed out while
+    the container's processes were busy)."""
+    for attempt in range(5):
+        try:
+            container.pause()
+            return
+        except docker.errors.APIError as exc:
+            if "unable to freeze" not in str(exc) or attempt == 4:
+                raise
