@@ -101,7 +101,10 @@ class ContainerArguments:
             "command": container.get("args"),
             "environment": {e["name"]: e.get("value", "") for e in container.get("env") or []},
             "hostname": spec.get("hostname") or meta["name"][:63],
-            "name": f"kfake-{self.cluster}-{meta['namespace']}-{meta['name']}-{container['name']}",
+            # With the pod's uid, as a kubelet names them: a pod made again under the same
+            # name must not meet the old one's container that is still being removed.
+            "name": f"kfake-{self.cluster}-{meta['namespace']}-{meta['name']}-{container['name']}"
+            f"-{meta['uid'][:8]}",
             "labels": {LABEL_FAKE: self.cluster, LABEL_POD: meta["uid"]},
             "host_config": host_config,
             "detach": True,
