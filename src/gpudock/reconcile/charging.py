@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple, Protocol
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, load_only
 
 from gpudock.billing.metering import IntervalKind, Protection, due_charge, protection
@@ -44,6 +46,7 @@ from gpudock.messages import Message
 from gpudock.services.billing import balances as billing
 from gpudock.services.billing import intervals as metering
 from gpudock.services.billing import postings as ledger
+from gpudock.services.billing.intervals import IntervalFields
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances.status import record_instance_note, request_stop
 from gpudock.services.notifications.outbox import notify
@@ -62,12 +65,48 @@ class PassReport:
     stopped: list[str] = field(default_factory=list)
 
 
+class _InstanceFields(Protocol):
+    @property
+    def status(self) -> InstanceStatus: ...
+    @property
+    def desired_state(self) -> DesiredState: ...
+
+
+class _ScannedInterval(NamedTuple):
+    """An open interval as the scan reads it: columns, not an ORM object (the
+    scan reads every open interval each tick; objects cost it ten times more)."""
+
+    id: str
+    instance_id: str
+    user_id: str
+    kind: str
+    opened_at: datetime
+    closed_at: datetime | None
+    rate_micro: int
+    rate_per_s: int
+    charged_seconds: int
+    warned: bool
+
+
+class _ScannedInstance(NamedTuple):
+    status: InstanceStatus
+    desired_state: DesiredState
+
+
 @dataclass
 class _User:
-    """One user's open intervals with their instances, as read (or locked) now."""
+    """One user's open intervals with their instances, as locked now."""
 
     intervals: list[BillingIntervalModel] = field(default_factory=list)
     instances: dict[str, InstanceModel] = field(default_factory=dict)
+
+
+@dataclass
+class _Scanned:
+    """One user's open intervals with their instances' states, as read by the scan."""
+
+    intervals: list[_ScannedInterval] = field(default_factory=list)
+    instances: dict[str, _ScannedInstance] = field(default_factory=dict)
 
 
 def charge_pass(ctx: ServiceContext) -> PassReport:
@@ -88,25 +127,27 @@ def charge_pass(ctx: ServiceContext) -> PassReport:
     return report
 
 
-def _open(session: Session, user_ids: list[str] | None, *, lock: bool) -> dict[str, _User]:
-    """Open intervals and their instances per user; locked in the lifecycle's order."""
-    mine: ColumnElement[bool] = BillingIntervalModel.closed_at.is_(None)
-    if user_ids is not None:
-        mine = mine & BillingIntervalModel.user_id.in_(user_ids)
-    instances = select(InstanceModel).where(
-        InstanceModel.id.in_(select(BillingIntervalModel.instance_id).where(mine))
+def _locked(session: Session, user_ids: list[str]) -> dict[str, _User]:
+    """Open intervals and their instances per user, locked in the lifecycle's order."""
+    mine = BillingIntervalModel.closed_at.is_(None) & BillingIntervalModel.user_id.in_(user_ids)
+    instances = (
+        select(InstanceModel)
+        .where(InstanceModel.id.in_(select(BillingIntervalModel.instance_id).where(mine)))
+        .order_by(InstanceModel.id)
+        .with_for_update()
+        # What deciding and describing a charge read (`intervals.describe` takes a
+        # share from the instance); a stop or a warning loads the rest of its row
+        # when it needs it (rare), instead of every pass decoding every row's JSON.
+        .options(
+            load_only(
+                InstanceModel.status, InstanceModel.desired_state, InstanceModel.gpu_share_milli
+            )
+        )
     )
     intervals = select(BillingIntervalModel).where(mine)
-    if lock:
-        instances = instances.order_by(InstanceModel.id).with_for_update()
-        intervals = intervals.order_by(BillingIntervalModel.id).with_for_update()
-    else:  # the scan reads only what decides who has work: a fraction of each row's cost
-        instances = instances.options(
-            load_only(InstanceModel.status, InstanceModel.desired_state, raiseload=True)
-        )
     by_id = {i.id: i for i in session.scalars(instances)}
     users: defaultdict[str, _User] = defaultdict(_User)
-    for row in session.scalars(intervals.order_by(BillingIntervalModel.id)):
+    for row in session.scalars(intervals.order_by(BillingIntervalModel.id).with_for_update()):
         instance = by_id.get(row.instance_id)
         if instance is None:  # opened after the first read (PostgreSQL reads per statement)
             continue  # the next pass has it
@@ -115,7 +156,38 @@ def _open(session: Session, user_ids: list[str] | None, *, lock: bool) -> dict[s
     return dict(users)
 
 
-def _period(settings: Settings, row: BillingIntervalModel, status: InstanceStatus) -> int | None:
+def _scan(session: Session) -> dict[str, _Scanned]:
+    """Every open interval with its instance's state, per user, in one read."""
+    B = BillingIntervalModel
+    rows = session.execute(
+        select(
+            B.id,
+            B.instance_id,
+            B.user_id,
+            B.kind,
+            B.opened_at,
+            B.closed_at,
+            B.rate_micro,
+            B.rate_per_s,
+            B.charged_seconds,
+            B.warned,
+            InstanceModel.status,
+            InstanceModel.desired_state,
+        )
+        .join(InstanceModel, InstanceModel.id == B.instance_id)
+        .where(B.closed_at.is_(None))
+        .order_by(B.id)
+    )
+    users: defaultdict[str, _Scanned] = defaultdict(_Scanned)
+    for row in rows:
+        interval = _ScannedInterval(*row[:10])
+        user = users[interval.user_id]
+        user.intervals.append(interval)
+        user.instances[interval.instance_id] = _ScannedInstance(row[10], row[11])
+    return dict(users)
+
+
+def _period(settings: Settings, row: IntervalFields, status: InstanceStatus) -> int | None:
     """The charging period of an interval whose instance is in `status`, or None
     when it is not charged now (stopping, or free: the closing charge settles it)."""
     if row.rate_micro == 0:
@@ -128,7 +200,7 @@ def _period(settings: Settings, row: BillingIntervalModel, status: InstanceStatu
 
 
 def _users_with_work(session: Session, settings: Settings, now: datetime) -> list[str]:
-    users = _open(session, None, lock=False)
+    users = _scan(session)
     accounts = {
         a.user_id: a
         for a in session.scalars(
@@ -145,7 +217,12 @@ def _users_with_work(session: Session, settings: Settings, now: datetime) -> lis
         )
         budgeted = account is not None and account.monthly_budget_micro is not None
         balance = account.balance_micro if account else 0
-        if due or budgeted or _decide(settings, user, balance, None, now).action != Protection.OK:
+        if (
+            due
+            or budgeted
+            or _decide(settings, user.intervals, user.instances, balance, None, now).action
+            != Protection.OK
+        ):
             todo.append(user_id)
     return sorted(todo)
 
@@ -155,7 +232,7 @@ def charge_batch(
 ) -> None:
     """Charge and protect these users in the caller's transaction (the pass
     runs one batch per transaction; a crash keeps all of a batch or none)."""
-    users = _open(session, user_ids, lock=True)
+    users = _locked(session, user_ids)
     batch = []
     for user in users.values():
         for row in user.intervals:
@@ -182,24 +259,29 @@ class _Decision:
     cause: str = "balance"
     available: int = 0
     burn_per_hour: int = 0
-    running: tuple[BillingIntervalModel, ...] = ()
+    running: tuple[str, ...] = ()  # the ids of the intervals it acts on
 
 
 def _decide(
-    settings: Settings, user: _User, balance: int, budget_left: int | None, now: datetime
+    settings: Settings,
+    intervals: Sequence[IntervalFields],
+    instances: Mapping[str, _InstanceFields],
+    balance: int,
+    budget_left: int | None,
+    now: datetime,
 ) -> _Decision:
     """Warn, stop or leave alone the user's priced running instances."""
-    running = tuple(
+    running = [
         r
-        for r in user.intervals
-        if billing.is_compute(r)
+        for r in intervals
+        if r.kind == IntervalKind.COMPUTE.value
         and r.rate_micro > 0
-        and user.instances[r.instance_id].status == S.RUNNING
-        and user.instances[r.instance_id].desired_state == DesiredState.RUNNING
-    )
+        and instances[r.instance_id].status == S.RUNNING
+        and instances[r.instance_id].desired_state == DesiredState.RUNNING
+    ]
     if not running:
         return _Decision(Protection.OK)
-    states = [metering.state_of(r) for r in user.intervals]
+    states = [metering.state_of(r) for r in intervals]
     unposted = metering.unposted(states, now)
     burn_per_period = sum(s.rate.ceil_for(settings.billing_charge_period_s) for s in states)
     burn_per_hour = sum(s.rate.per_hour for s in states)
@@ -211,7 +293,7 @@ def _decide(
     )
     if action == Protection.WARN and all(r.warned for r in running):
         action = Protection.OK  # said once per interval is enough
-    return _Decision(action, cause, available, burn_per_hour, running)
+    return _Decision(action, cause, available, burn_per_hour, tuple(r.id for r in running))
 
 
 # What a stop or a warning says, by what ran short; a spent budget is not fixed by a
@@ -252,7 +334,8 @@ def _protect(
     budget_left = None
     if account is not None and account.monthly_budget_micro is not None:
         budget_left = account.monthly_budget_micro - billing.month_spent(session, user_id, now)
-    decision = _decide(ctx.settings, user, balance, budget_left, now)
+    decision = _decide(ctx.settings, user.intervals, user.instances, balance, budget_left, now)
+    running = [row for row in user.intervals if row.id in decision.running]
     currency = ctx.settings.currency
     money = f"{format_amount(decision.available)} {currency}"
     rate = Message(
@@ -265,7 +348,7 @@ def _protect(
             period=ctx.settings.billing_charge_period_s,
             rate=rate,
         )
-        for row in decision.running:
+        for row in running:
             instance = user.instances[row.instance_id]
             if request_stop(session, instance, reason, now):
                 report.stopped.append(row.instance_id)
@@ -281,7 +364,7 @@ def _protect(
     elif decision.action == Protection.WARN:
         minutes = decision.available * 60 // max(decision.burn_per_hour, 1)
         message = Message(_LOW[decision.cause], money=money, minutes=minutes, rate=rate)
-        newly = [row for row in decision.running if not row.warned]
+        newly = [row for row in running if not row.warned]
         for row in newly:
             row.warned = True
             record_instance_note(session, user.instances[row.instance_id], message, now)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import secrets
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Protocol
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, object_session
@@ -195,7 +196,33 @@ def close(session: Session, instance_id: str, kind: IntervalKind, at: datetime) 
 
 
 # -- charges ----------------------------------------------------------------------------
-def state_of(row: BillingIntervalModel) -> IntervalState:
+class IntervalFields(Protocol):
+    """What metering reads of an interval: its ORM row, or the same columns
+    read as a tuple by a scan that locks nothing."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def instance_id(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def opened_at(self) -> datetime: ...
+    @property
+    def closed_at(self) -> datetime | None: ...
+    @property
+    def rate_micro(self) -> int: ...
+    @property
+    def rate_per_s(self) -> int: ...
+    @property
+    def charged_seconds(self) -> int: ...
+    @property
+    def warned(self) -> bool: ...
+
+
+def state_of(row: IntervalFields) -> IntervalState:
     return IntervalState(
         id=row.id,
         instance_id=row.instance_id,

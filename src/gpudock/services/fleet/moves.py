@@ -89,7 +89,7 @@ def request_move(
     return True
 
 
-def data_volume_on(cluster_id: str, instance: InstanceModel, host: HostModel) -> str:
+def data_volume_on(cluster_id: str, instance: containers.DataVolumeOwner, host: HostModel) -> str:
     """Where the data volume lives on `host`: its first home keeps the
     original name; each later home gets a name of its own, so a move that is
     cut short resumes into the same target."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Protocol
 
 from gpudock.db.models import HostModel, InstanceModel
 from gpudock.runtime.base import (
@@ -51,7 +52,18 @@ def network_labels(cluster_id: str, user_id: str) -> dict[str, str]:
     return {**cluster_labels(cluster_id), LABEL_OWNER: user_id}
 
 
-def data_volume_of(cluster_id: str, instance: InstanceModel) -> str:
+class DataVolumeOwner(Protocol):
+    """What naming an instance's data volume reads: its row, or those columns alone."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def data_volume(self) -> str | None: ...
+    @property
+    def data_host_id(self) -> str | None: ...
+
+
+def data_volume_of(cluster_id: str, instance: DataVolumeOwner) -> str:
     """The instance's data volume now: it gets a new name when it moves host."""
     return instance.data_volume or volume_name(cluster_id, instance.id)
 
