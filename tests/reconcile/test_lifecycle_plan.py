@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import not_, select, text
 
 from gpudock.db.models import DesiredState, InstanceModel, InstanceStatus
 from gpudock.platform import Platform
-from gpudock.reconcile.lifecycle import Step, active_instance_ids, plan_step
+from gpudock.reconcile.lifecycle import SETTLED, UNSETTLED, Step, active_instance_ids, plan_step
 from gpudock.services.accounts import users
+from tests.support.platforms import PlatformFactory
 
 S, D = InstanceStatus, DesiredState
 N, MS, MST, RUN, STOP, DEL, EV = (
@@ -57,9 +59,7 @@ def test_plan_step(status: InstanceStatus, desired: DesiredState, placed: bool, 
     assert plan_step(status, desired, placed) == step
 
 
-def test_the_scan_finds_every_row_with_a_step_and_no_other(platform: Platform) -> None:
-    """One row per case in the database; the scan filters most in SQL, so this
-    holds that filter to the table above."""
+def _add_every_case(platform: Platform) -> None:
     owner = users.create_user(platform.ctx, "ada").user.id
     at = datetime(2026, 12, 1, tzinfo=UTC)
     with platform.ctx.sessions.begin() as session:
@@ -84,7 +84,40 @@ def test_the_scan_finds_every_row_with_a_step_and_no_other(platform: Platform) -
                     queued_at=at,
                 )
             )
+
+
+def test_the_scan_finds_every_row_with_a_step_and_no_other(platform: Platform) -> None:
+    """One row per case in the database; the scan filters most in SQL, so this
+    holds that filter to the table above."""
+    _add_every_case(platform)
     with platform.ctx.reader() as session:
         found = set(active_instance_ids(session))
     expected = {f"i-{n:04d}" for n, (*_case, step) in enumerate(CASES) if step != N}
     assert found == expected
+
+
+def test_the_indexed_filter_is_exactly_the_complement_of_settled(platform: Platform) -> None:
+    """UNSETTLED is NOT SETTLED said so that an index can search it: the same
+    rows, for every case (an extra row would only cost time, a missing one a
+    step never taken)."""
+    _add_every_case(platform)
+    with platform.ctx.reader() as session:
+        unsettled = set(session.scalars(select(InstanceModel.id).where(UNSETTLED)))
+        not_settled = set(session.scalars(select(InstanceModel.id).where(not_(SETTLED))))
+    assert unsettled == not_settled
+    assert {f"i-{n:04d}" for n, (*_case, step) in enumerate(CASES) if step != N} <= unsettled
+
+
+def test_the_scan_searches_the_index_instead_of_reading_every_row(
+    platform_factory: PlatformFactory,
+) -> None:
+    """On SQLite (the default database) the plan names the composite index and
+    never scans the table: a fleet is nearly all settled rows."""
+    platform = platform_factory()
+    _add_every_case(platform)
+    query = select(InstanceModel.id).where(UNSETTLED)
+    with platform.ctx.reader() as session:
+        compiled = query.compile(session.get_bind(), compile_kwargs={"literal_binds": True})
+        plan = [row[3] for row in session.execute(text(f"EXPLAIN QUERY PLAN {compiled}"))]
+    assert any("ix_instances_status_desired" in step for step in plan), plan
+    assert not any(step.startswith("SCAN instances") for step in plan), plan

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import and_, delete, func, not_, or_, select
+from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpudock.db.models import (
@@ -429,7 +429,7 @@ _STEPS: dict[Step, Callable[[ServiceContext, str, str], None]] = {
 # Rows that need no step whatever else they hold (`plan_step` says NONE for each):
 # where they should be, or waiting for the placement pass. At fleet scale they
 # are nearly all rows; the scan leaves them in the database.
-_SETTLED = or_(
+SETTLED = or_(
     and_(InstanceModel.status == S.RUNNING, InstanceModel.desired_state == DesiredState.RUNNING),
     and_(
         InstanceModel.status.in_((S.STOPPED, S.FAILED)),
@@ -442,6 +442,28 @@ _SETTLED = or_(
     ),
     InstanceModel.status == S.DELETED,
 )
+# The same rows' complement, said as what the (status, desired_state) index can
+# search: each term names its statuses and desired states, so the scan reads the
+# few unsettled rows' index entries instead of the whole table
+# (tests/reconcile/test_lifecycle_plan.py checks it is exactly NOT SETTLED).
+UNSETTLED = or_(
+    InstanceModel.status.in_((S.CREATING, S.STOPPING, S.DELETING, S.UNREACHABLE)),
+    and_(
+        InstanceModel.status == S.RUNNING,
+        InstanceModel.desired_state.in_((DesiredState.STOPPED, DesiredState.DELETED)),
+    ),
+    and_(
+        InstanceModel.status.in_((S.STOPPED, S.FAILED)),
+        InstanceModel.desired_state.in_((DesiredState.RUNNING, DesiredState.DELETED)),
+    ),
+    and_(
+        InstanceModel.status.in_((S.PENDING, S.STARTING, S.MIGRATING)),
+        or_(
+            InstanceModel.desired_state.in_((DesiredState.STOPPED, DesiredState.DELETED)),
+            InstanceModel.placed.is_not(False),
+        ),
+    ),
+)
 
 
 def active_instance_ids(session: Session) -> list[str]:
@@ -453,7 +475,7 @@ def active_instance_ids(session: Session) -> list[str]:
             InstanceModel.desired_state,
             InstanceModel.placed,
         )
-        .where(not_(_SETTLED))
+        .where(UNSETTLED)
         .order_by(InstanceModel.queued_at)
     ).all()
     return [

@@ -63,7 +63,10 @@ class InstanceModel(Base):
             sqlite_where=text("status != 'deleted'"),
             postgresql_where=text("status != 'deleted'"),
         ),
-        Index("ix_instances_status", "status"),
+        # The lifecycle's scan for rows that need a step (migration 0022).
+        Index("ix_instances_status_desired", "status", "desired_state"),
+        # What placed instances hold per host, read by every placement pass.
+        Index("ix_instances_placed_host", "placed", "host_id", "cpu", "memory_gb"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
