@@ -65,8 +65,9 @@ class InstanceModel(Base):
         ),
         # The lifecycle's scan for rows that need a step (migration 0022).
         Index("ix_instances_status_desired", "status", "desired_state"),
-        # What placed instances hold per host, read by every placement pass.
-        Index("ix_instances_placed_host", "placed", "host_id", "cpu", "memory_gb"),
+        # What placed instances hold per host, read by every placement pass
+        # (host first: the queue's `placed IS 0` must not pick it; migration 0022).
+        Index("ix_instances_placed_host", "host_id", "placed", "cpu", "memory_gb"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
