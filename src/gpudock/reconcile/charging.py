@@ -240,7 +240,7 @@ def charge_batch(
             item = None if period is None else metering.charge_due(row, now, period)
             if item is not None:
                 batch.append(item)
-    report.postings += len(ledger.post_many(session, batch, now))
+    report.postings += ledger.post_many(session, batch, now)
     accounts = {
         a.user_id: a
         for a in session.scalars(

@@ -203,7 +203,9 @@ def _topup_once(
             created_by=admin.id,
             request_digest=digest,
         )
-        [row] = ledger.post_many(session, [(posting, details)], now)  # a raced key: IntegrityError
+        ledger.post_many(session, [(posting, details)], now)  # a raced key: IntegrityError
+        row = ledger.find(session, posting.key)
+        assert row is not None  # just inserted, in this transaction
         return Topup(row, user, ledger.balance(session, user.id), replayed=False)
 
 

@@ -192,7 +192,7 @@ def close(session: Session, instance_id: str, kind: IntervalKind, at: datetime) 
     row.closed_at = max(at, row.opened_at)
     charge = closing_charge(state_of(row))
     item = None if charge is None else advance(row, charge)
-    return len(ledger.post_many(session, [item] if item else [], at))
+    return ledger.post_many(session, [item] if item else [], at)
 
 
 # -- charges ----------------------------------------------------------------------------

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import case, func, literal, select, union_all, update
+from sqlalchemy import Table, case, func, insert, literal, select, union_all, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -20,6 +21,8 @@ from sqlalchemy.orm import Session
 from gpudock import messages
 from gpudock.billing.ledger import Posting, user_account
 from gpudock.db.models import BillingAccountModel, BillingPostingModel
+
+POSTINGS = cast(Table, BillingPostingModel.__table__)  # declarative maps it to a Table
 
 
 @dataclass(frozen=True)
@@ -61,64 +64,65 @@ def ensure_accounts(session: Session, account_ids: list[str], now: datetime) -> 
         for a in missing
     ]
     dialect = session.get_bind().dialect.name
-    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-    session.execute(insert(BillingAccountModel).values(values).on_conflict_do_nothing())
+    upsert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+    session.execute(upsert(BillingAccountModel).values(values).on_conflict_do_nothing())
 
 
 def find(session: Session, key: str) -> BillingPostingModel | None:
     return session.scalar(select(BillingPostingModel).where(BillingPostingModel.key == key))
 
 
-def post_many(
-    session: Session, items: list[tuple[Posting, PostingDetails]], now: datetime
-) -> list[BillingPostingModel]:
-    """Record postings and move the cached balances, in the caller's transaction.
+def post_many(session: Session, items: list[tuple[Posting, PostingDetails]], now: datetime) -> int:
+    """Record postings and move the cached balances, in the caller's transaction;
+    returns how many were recorded (`find` reads one back by its key).
 
     Either the postings and the balance moves commit together with whatever
     else the caller changed, or nothing does. A key posted before makes the
-    flush fail (unique constraint) and the transaction with it: top-ups look
+    insert fail (unique constraint) and the transaction with it: top-ups look
     for their key with `find` first and retry after such a race; metering
     never replays, because each charge starts where the interval's last ended.
+    The rows go in as one executemany of plain values: the charging pass posts
+    one per running instance and period, and ORM objects for them cost it half
+    its time.
     """
     if not items:
-        return []
+        return 0
     deltas: dict[str, int] = {}
     rows = []
     for posting, details in items:
         deltas[posting.debit] = deltas.get(posting.debit, 0) - posting.amount
         deltas[posting.credit] = deltas.get(posting.credit, 0) + posting.amount
-        rows.append(_row(posting, details, now))
+        rows.append(_values(posting, details, now))
     ensure_accounts(session, sorted(deltas), now)
-    session.add_all(rows)
-    session.flush()  # the unique key speaks now, inside the caller's transaction
+    session.execute(insert(POSTINGS), rows)  # the unique key speaks now
     _move(session, deltas)
-    return rows
+    return len(rows)
 
 
-def _row(posting: Posting, extra: PostingDetails, now: datetime) -> BillingPostingModel:
-    return BillingPostingModel(
-        key=posting.key,
-        kind=posting.kind.value,
-        debit_account=posting.debit,
-        credit_account=posting.credit,
-        amount_micro=posting.amount,
-        user_id=posting.user_id,
-        at=posting.at,
-        recorded_at=now,
-        instance_id=posting.instance_id,
-        interval_id=posting.interval_id,
-        seconds=posting.seconds,
-        from_at=extra.from_at,
-        to_at=extra.to_at,
-        gpu_model=extra.gpu_model,
-        gpu_count=extra.gpu_count,
-        rate_micro=extra.rate_micro,
-        rate_per_s=extra.rate_per_s,
-        description=extra.description,
-        description_msg=messages.stored(extra.description),
-        created_by=extra.created_by,
-        request_digest=extra.request_digest,
-    )
+def _values(posting: Posting, extra: PostingDetails, now: datetime) -> dict[str, object]:
+    return {
+        "key": posting.key,
+        "kind": posting.kind.value,
+        "debit_account": posting.debit,
+        "credit_account": posting.credit,
+        "amount_micro": posting.amount,
+        "user_id": posting.user_id,
+        "at": posting.at,
+        "recorded_at": now,
+        "instance_id": posting.instance_id,
+        "interval_id": posting.interval_id,
+        "seconds": posting.seconds,
+        "from_at": extra.from_at,
+        "to_at": extra.to_at,
+        "gpu_model": extra.gpu_model,
+        "gpu_count": extra.gpu_count,
+        "rate_micro": extra.rate_micro,
+        "rate_per_s": extra.rate_per_s,
+        "description": extra.description,
+        "description_msg": messages.stored(extra.description),
+        "created_by": extra.created_by,
+        "request_digest": extra.request_digest,
+    }
 
 
 def _move(session: Session, deltas: dict[str, int]) -> None:
