@@ -15,6 +15,7 @@ from gpudock.reconcile.lifecycle import SETTLED, UNSETTLED, Step, active_instanc
 from gpudock.services.accounts import users
 from gpudock.services.fleet import inventory
 from gpudock.services.instances import queue
+from tests.support.factories import instance_row
 from tests.support.platforms import PlatformFactory
 
 S, D = InstanceStatus, DesiredState
@@ -62,41 +63,20 @@ def test_plan_step(status: InstanceStatus, desired: DesiredState, placed: bool, 
     assert plan_step(status, desired, placed) == step
 
 
-def _row(
-    instance_id: str,
-    name: str,
-    owner: str,
-    status: InstanceStatus,
-    desired: DesiredState,
-    placed: bool,
-    at: datetime,
-) -> InstanceModel:
-    return InstanceModel(
-        id=instance_id,
-        name=name,
-        user_id=owner,
-        gpu_count=0,
-        image="gpudock/base:bookworm",
-        system_image="gpudock/base:bookworm",
-        cpu=1.0,
-        memory_gb=1,
-        disk_gb=1,
-        env="{}",
-        status=status,
-        desired_state=desired,
-        placed=placed,
-        created_at=at,
-        updated_at=at,
-        queued_at=at,
-    )
-
-
 def _add_every_case(platform: Platform) -> None:
     owner = users.create_user(platform.ctx, "ada").user.id
     at = datetime(2026, 12, 1, tzinfo=UTC)
     with platform.ctx.sessions.begin() as session:
         session.add_all(
-            _row(f"i-{n:04d}", f"case{n}", owner, status, desired, placed, at)
+            instance_row(
+                f"i-{n:04d}",
+                f"case{n}",
+                owner,
+                at,
+                status=status,
+                desired_state=desired,
+                placed=placed,
+            )
             for n, (status, desired, placed, _step) in enumerate(CASES)
         )
 
@@ -182,7 +162,9 @@ def test_a_tick_costs_the_same_however_many_settled_instances_there_are(
     at = datetime(2026, 12, 1, tzinfo=UTC)
     with platform.ctx.sessions.begin() as session:
         session.add_all(
-            _row(f"s-{n:05d}", f"stopped{n}", owner, S.STOPPED, D.STOPPED, False, at)
+            instance_row(
+                f"s-{n:05d}", f"stopped{n}", owner, at, status=S.STOPPED, desired_state=D.STOPPED
+            )
             for n in range(3_000)
         )
     after = {sql: _vm_steps(database, sql, params) for sql, params in _tick_statements(platform)}

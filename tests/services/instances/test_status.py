@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select
 
-from gpudock.db.models import DesiredState, InstanceEventModel, InstanceModel, InstanceStatus
+from gpudock.db.models import InstanceEventModel, InstanceModel, InstanceStatus
 from gpudock.platform import Platform
 from gpudock.services.accounts import users
 from gpudock.services.instances.status import (
@@ -17,6 +17,7 @@ from gpudock.services.instances.status import (
     InvalidTransition,
     switch_instance_status,
 )
+from tests.support.factories import instance_row
 from tests.support.platforms import PlatformFactory
 
 S = InstanceStatus
@@ -61,24 +62,7 @@ def test_the_table_keeps_the_product_rules() -> None:
 
 
 def _row(user_id: str, n: int) -> InstanceModel:
-    return InstanceModel(
-        id=f"i-{n:010d}",
-        name=f"t{n}",
-        user_id=user_id,
-        gpu_model=None,
-        gpu_count=0,
-        image="gpudock/base:bookworm",
-        system_image="gpudock/base:bookworm",
-        cpu=1.0,
-        memory_gb=1,
-        disk_gb=1,
-        desired_state=DesiredState.RUNNING,
-        env="{}",
-        created_at=T,
-        updated_at=T,
-        queued_at=T,
-        placed=False,
-    )
+    return instance_row(f"i-{n:010d}", f"t{n}", user_id, T)
 
 
 Outcome = tuple[bool, InstanceStatus | None, list[tuple[str | None, str]]]
