@@ -274,7 +274,7 @@ def _decide(
     running = [
         r
         for r in intervals
-        if r.kind == IntervalKind.COMPUTE.value
+        if billing.is_compute(r)
         and r.rate_micro > 0
         and instances[r.instance_id].status == S.RUNNING
         and instances[r.instance_id].desired_state == DesiredState.RUNNING

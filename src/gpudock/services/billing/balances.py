@@ -425,5 +425,5 @@ def check_funds(
         raise PaymentRequired(reason)
 
 
-def is_compute(row: BillingIntervalModel) -> bool:
+def is_compute(row: metering.IntervalFields) -> bool:
     return row.kind == IntervalKind.COMPUTE.value
