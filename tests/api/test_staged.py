@@ -80,9 +80,14 @@ def test_live_at_once_and_a_request_before_ready_waits_for_the_app(
 ) -> None:
     platform = platform_factory()
     release = threading.Event()
-    staged = StagedApp(held_back(release, lambda: create_app(platform, run_reconciler=False)))
+    readied: list[float | None] = []  # what `on_ready` saw (the CLI settles the heap there)
+    staged = StagedApp(
+        held_back(release, lambda: create_app(platform, run_reconciler=False)),
+        on_ready=lambda: readied.append(staged.ready_after_s),
+    )
     with serving(staged) as url:
         assert httpx.get(url + "/healthz").json() == {"status": "ok"}
+        assert readied == []
         loading = httpx.get(url + "/readyz")
         assert (loading.status_code, loading.json()) == (503, {"status": "loading"})
         thread, answers = request_in_background(url + "/api/v1/gpus", admin_headers(platform))
@@ -94,6 +99,7 @@ def test_live_at_once_and_a_request_before_ready_waits_for_the_app(
         assert {gpu["model"] for gpu in answers[0].json()} == {"A100-80GB", "RTX4090-24GB"}
         assert httpx.get(url + "/readyz").json() == {"status": "ready"}
         assert staged.ready_after_s is not None and staged.failure is None
+        assert readied == [staged.ready_after_s]  # once, when ready
 
 
 def test_a_failed_load_answers_the_waiting_requests_with_the_reason(

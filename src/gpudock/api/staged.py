@@ -12,6 +12,9 @@ its first health check, so the server starts in two stages:
    imported and the real app built (`load`); then its lifespan runs on the
    event loop (garbage collection, the reconciler, the SSH gateway).
 
+Once ready, `on_ready` is called on the event loop (the CLI settles the heap
+there: `api/heap.py`).
+
 While stage 2 runs, `/healthz` answers 200 (liveness: the process is up and its
 database open) and `/readyz` 503; every other request waits, it does not fail,
 and is served by the real app once it is ready. `/readyz` answers 200 from then
@@ -51,8 +54,10 @@ class StagedApp:
         *,
         service_domain: str | None = None,
         on_failure: Callable[[BaseException], None] | None = None,
+        on_ready: Callable[[], object] | None = None,
     ) -> None:
         self._load = load
+        self._on_ready = on_ready
         self._service_domain = service_domain
         self.on_failure = on_failure
         self.failure: Exception | None = None
@@ -99,6 +104,8 @@ class StagedApp:
                 self.ready_after_s = time.perf_counter() - began
                 log.info("ready %.2f s after the socket opened", self.ready_after_s)
                 settled.set()
+                if self._on_ready is not None:
+                    self._on_ready()
                 await stop.wait()
         except Exception as exc:  # reported to the caller (the CLI), which exits with it
             if self._app is not None:

@@ -76,6 +76,7 @@ def _run(settings: Settings) -> None:
     probes (api/staged.py); serve until stopped, then close the platform."""
     import uvicorn
 
+    from gpudock.api.heap import settle_heap
     from gpudock.api.staged import StagedApp
     from gpudock.platform import default_gpu_source, open_database
 
@@ -102,7 +103,7 @@ def _run(settings: Settings) -> None:
         _add_agent_gateway(platform, settings)
         return create_app(platform)
 
-    staged = StagedApp(load, service_domain=settings.service_domain)
+    staged = StagedApp(load, service_domain=settings.service_domain, on_ready=settle_heap)
     server = uvicorn.Server(
         uvicorn.Config(
             staged,
