@@ -26,6 +26,7 @@ from gpudock.runtime.fake import FakeRuntime
 from gpudock.services.billing import balances as billing
 from gpudock.services.billing import postings as ledger
 from gpudock.services.billing import statements
+from gpudock.services.foreground import Foreground
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.actions import InstanceRequest
@@ -140,6 +141,28 @@ def test_charges_follow_the_runtimes_clock_to_the_second(
     [usage] = statements.usage(platform.ctx, alice, None, None)
     assert (usage.seconds, usage.gpu_seconds, usage.compute_amount) == (154, 154, 154_000)
     assert_books_balance(platform)
+
+
+class _CountingForeground(Foreground):
+    def __init__(self) -> None:
+        super().__init__(max_wait_s=0.01)
+        self.waits: list[float] = []
+
+    def step_aside(self) -> float:
+        self.waits.append(super().step_aside())
+        return self.waits[-1]
+
+
+def test_charging_steps_aside_for_requests_and_still_charges(
+    platform: Platform, alice: UserModel, clock: FakeClock
+) -> None:
+    instance_id = run(platform, alice)
+    clock.advance(150)
+    platform.ctx.foreground = counting = _CountingForeground()
+    counting.enter()  # a request in flight for the whole pass
+    assert charging.charge_pass(platform.ctx).postings == 1
+    assert len(counting.waits) == 1 and counting.waits[0] >= 0.01  # one transaction, held back
+    assert [p.seconds for p in postings(platform, instance_id)] == [120]
 
 
 def test_a_restart_and_a_crashed_container_bill_exactly_what_ran(

@@ -14,6 +14,7 @@ from starlette.routing import BaseRoute
 from gpudock import __version__
 from gpudock.api.deps import document_admin_only
 from gpudock.api.errors import error_responses, install_error_handlers
+from gpudock.api.foreground import ForegroundMiddleware
 from gpudock.api.prometheus import serve_on_own_address
 from gpudock.api.ratelimit import HttpGates, RateLimitMiddleware
 from gpudock.api.routers import (
@@ -112,6 +113,7 @@ def create_app(platform: Hosted, *, run_reconciler: bool = True) -> FastAPI:
 
     mount_console(app)  # the web console at /; the API stays under /api/v1
     app.add_middleware(ServiceProxy, ctx=platform.ctx)  # /i/… and service hosts, first
+    app.add_middleware(ForegroundMiddleware, foreground=platform.ctx.foreground)
 
     return app
 

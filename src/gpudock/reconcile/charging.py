@@ -116,6 +116,7 @@ def charge_pass(ctx: ServiceContext) -> PassReport:
         todo = _users_with_work(session, ctx.settings, now)
     report = PassReport(users=len(todo))
     for start in range(0, len(todo), USERS_PER_TRANSACTION):
+        ctx.foreground.step_aside()
         posted = report.postings
         with ctx.sessions.begin() as session:
             charge_batch(ctx, session, todo[start : start + USERS_PER_TRANSACTION], now, report)
@@ -201,22 +202,24 @@ def _period(settings: Settings, row: IntervalFields, status: InstanceStatus) -> 
 
 def _users_with_work(session: Session, settings: Settings, now: datetime) -> list[str]:
     users = _scan(session)
-    accounts = {
-        a.user_id: a
-        for a in session.scalars(
-            select(BillingAccountModel).where(BillingAccountModel.user_id.in_(list(users)))
+    A = BillingAccountModel
+    accounts = {  # columns, not objects: read for every user with an open interval
+        user_id: (balance, budget)
+        for user_id, balance, budget in session.execute(
+            select(A.user_id, A.balance_micro, A.monthly_budget_micro).where(
+                A.user_id.in_(list(users))
+            )
         )
     }
     todo = []
     for user_id, user in users.items():
-        account = accounts.get(user_id)
+        balance, budget = accounts.get(user_id, (0, None))
         due = any(
             (period := _period(settings, r, user.instances[r.instance_id].status)) is not None
             and due_charge(metering.state_of(r), now, period) is not None
             for r in user.intervals
         )
-        budgeted = account is not None and account.monthly_budget_micro is not None
-        balance = account.balance_micro if account else 0
+        budgeted = budget is not None
         if (
             due
             or budgeted

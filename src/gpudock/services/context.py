@@ -17,6 +17,7 @@ from gpudock.gpu.base import GpuSource
 from gpudock.runtime.base import Runtime
 from gpudock.runtime.calls import InstanceScope
 from gpudock.runtime.link import HostRuntimes
+from gpudock.services.foreground import Foreground
 from gpudock.settings import Settings
 
 T = TypeVar("T")
@@ -62,6 +63,8 @@ class ServiceContext:
     """Seconds each background pass took the last time it ran (the reconciler
     writes it, Prometheus reads it)."""
     memo: Memo = field(default_factory=Memo)
+    foreground: Foreground = field(default_factory=Foreground)
+    """The requests being answered; background passes step aside for them."""
     hosts: HostRuntimes | None = None
     """Agent hosts' runtimes (the platform makes it; the agent gateway attaches
     each link). None: every host is on `runtime`."""

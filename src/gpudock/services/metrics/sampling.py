@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 # removed, the engine is busy): say so once per instance per this many seconds,
 # not on every round.
 WARNING_REPEAT_S = 600.0
+# Containers read between two chances to step aside for requests (`services.foreground`).
+SAMPLE_CHUNK = 50
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,12 @@ def sample_running(ctx: ServiceContext, state: SamplerState) -> list[Sample]:
         return []
     gpu_use = _read_gpus(ctx, state, targets)
     card_mb = _card_memory(ctx, targets)
+    readings: list[tuple[Target, ContainerStats | None]] = []
     with ThreadPoolExecutor(ctx.settings.metrics_workers, "gpudock-sampler") as pool:
-        readings = list(pool.map(lambda t: (t, _container_reading(ctx, state, t)), targets))
+        for start in range(0, len(targets), SAMPLE_CHUNK):
+            ctx.foreground.step_aside()
+            chunk = targets[start : start + SAMPLE_CHUNK]
+            readings += pool.map(lambda t: (t, _container_reading(ctx, state, t)), chunk)
     samples = [
         _sample(ctx, state, target, stats, gpu_use, card_mb)
         for target, stats in readings
