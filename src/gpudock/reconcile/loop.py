@@ -21,8 +21,9 @@ Sampling (`reconcile.sampling`) has a third thread, every
 `GPUDOCK_METRICS_INTERVAL_S`: it reads every running container from the
 engine. Charging and sampling step aside for requests in flight between their
 short pieces of work (`services.foreground`): they are due within a period,
-not at a moment, and a request waits behind whatever computes beside it. Each pass's last duration is kept in `ctx.pass_durations` (Prometheus
-exports it).
+not at a moment, and a request waits behind whatever computes beside it.
+
+Each pass's last duration is kept in `ctx.pass_durations` (Prometheus exports it).
 """
 
 from __future__ import annotations
