@@ -26,12 +26,12 @@ from gpudock.runtime.fake import FakeRuntime
 from gpudock.services.billing import balances as billing
 from gpudock.services.billing import postings as ledger
 from gpudock.services.billing import statements
-from gpudock.services.foreground import Foreground
 from gpudock.services.instances import actions as instances
 from gpudock.services.instances import container_spec as containers
 from gpudock.services.instances.actions import InstanceRequest
 from tests.support.billing import MakePlatform, new_user, price, topup
 from tests.support.clocks import FakeClock
+from tests.support.foreground import CountingForeground
 
 A100 = InstanceRequest(gpu_model="A100-80GB", gpu_count=1)
 
@@ -143,22 +143,12 @@ def test_charges_follow_the_runtimes_clock_to_the_second(
     assert_books_balance(platform)
 
 
-class _CountingForeground(Foreground):
-    def __init__(self) -> None:
-        super().__init__(max_wait_s=0.01)
-        self.waits: list[float] = []
-
-    def step_aside(self) -> float:
-        self.waits.append(super().step_aside())
-        return self.waits[-1]
-
-
 def test_charging_steps_aside_for_requests_and_still_charges(
     platform: Platform, alice: UserModel, clock: FakeClock
 ) -> None:
     instance_id = run(platform, alice)
     clock.advance(150)
-    platform.ctx.foreground = counting = _CountingForeground()
+    platform.ctx.foreground = counting = CountingForeground()
     counting.enter()  # a request in flight for the whole pass
     assert charging.charge_pass(platform.ctx).postings == 1
     assert len(counting.waits) == 1 and counting.waits[0] >= 0.01  # one transaction, held back

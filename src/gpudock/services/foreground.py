@@ -45,9 +45,8 @@ class Foreground:
 
     def busy(self) -> bool:
         """Whether a request that began less than `young_s` ago is in flight."""
-        young_since = time.monotonic() - self.young_s
         with self._changed:
-            return any(began > young_since for began in self._began.values())
+            return self._young_in_flight()
 
     def step_aside(self) -> float:
         """Wait while a young request is in flight, at most `max_wait_s`;
@@ -57,9 +56,10 @@ class Foreground:
         began = time.monotonic()
         deadline = began + self.max_wait_s
         with self._changed:
-            while (left := deadline - time.monotonic()) > 0:
-                young_since = time.monotonic() - self.young_s
-                if not any(t > young_since for t in self._began.values()):
-                    break
+            while (left := deadline - time.monotonic()) > 0 and self._young_in_flight():
                 self._changed.wait(left)
         return time.monotonic() - began
+
+    def _young_in_flight(self) -> bool:  # with `_changed` held
+        young_since = time.monotonic() - self.young_s
+        return any(began > young_since for began in self._began.values())

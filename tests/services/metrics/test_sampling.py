@@ -21,11 +21,12 @@ from gpudock.runtime.fake import FakeRuntime, FakeUsage
 from gpudock.services.accounts import users
 from gpudock.services.instances import actions
 from gpudock.services.instances.actions import InstanceRequest
-from gpudock.services.metrics import gpu_utilisation_since
+from gpudock.services.metrics import gpu_utilisation_since, sampling
 from gpudock.services.metrics.sampling import SamplerState, sample_running
 from gpudock.services.metrics.store import GpuFigure, Sample
 from gpudock.settings import Settings
 from tests.gpu.fake_pynvml import MIB, FakeNvml, h200_1x, rtx4090_4x
+from tests.support.foreground import CountingForeground
 from tests.support.platforms import PlatformFactory
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -177,6 +178,19 @@ def test_simulated_gpus_follow_the_containers_cpu(platform_factory: PlatformFact
     assert second[single.id].disk_read_bps == pytest.approx(10**5)
     assert second[single.id].net_tx_bps == pytest.approx(5 * 10**4)
     assert second[single.id].disk_write_bps == 0.0
+
+
+def test_a_round_steps_aside_for_requests_between_chunks_and_samples_all(
+    platform_factory: PlatformFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = FakeRuntime()
+    world = World(platform_factory(runtime=runtime), runtime)
+    ran = {world.run(name, "A100-80GB", 1).id for name in ("one", "two", "three")}
+    monkeypatch.setattr(sampling, "SAMPLE_CHUNK", 2)
+    world.platform.ctx.foreground = counting = CountingForeground()
+    counting.enter()  # a request in flight for the whole round
+    assert set(world.sample()) == ran
+    assert len(counting.waits) == 2 and min(counting.waits) >= 0.01  # before each chunk
 
 
 def test_a_simulated_share_is_busy_for_its_fraction_of_the_card(
