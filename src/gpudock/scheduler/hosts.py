@@ -91,6 +91,7 @@ class HostPlacer:
         self._seed = seed
         self._learned = WorkloadEstimate() if policy in HOUSE_POLICIES else None
         self._builds: tuple[HostBuild, ...] | None = None
+        self._given: Sequence[HostBuild] | None = None  # as `sync` was last given them
         self._hosts: dict[str, HostCapacity] = {}
         self._rebuild(())
 
@@ -116,11 +117,14 @@ class HostPlacer:
     # -- keeping the snapshot in step with the database ----------------------------
     def sync(self, builds: Sequence[HostBuild], hosts: Sequence[HostCapacity]) -> None:
         """Mirror the fleet: `builds` as built, `hosts` free now (both of present hosts)."""
-        ordered = tuple(sorted(builds, key=lambda b: b.host_id))
         mirrored = self._hosts
-        if ordered != self._builds:
-            self._rebuild(ordered)
-            mirrored = {}
+        # The same tuple as last time (the server's kept fleet): nothing was rebuilt.
+        if not (isinstance(builds, tuple) and builds is self._given):
+            self._given = builds
+            ordered = tuple(sorted(builds, key=lambda b: b.host_id))
+            if ordered != self._builds:
+                self._rebuild(ordered)
+                mirrored = {}
         self._hosts = {h.host_id: h for h in hosts}
         snap = self._snap
         cpu = snap.cpu_free.copy()

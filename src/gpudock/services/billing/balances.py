@@ -252,17 +252,25 @@ def summary(ctx: ServiceContext, user: UserModel) -> BalanceSummary:
         return _summary(session, user, now)
 
 
-def _summary(session: Session, user: UserModel, now: datetime) -> BalanceSummary:
-    account = ledger.account(session, user.id)
+def _summary(
+    session: Session, user: UserModel, now: datetime, *, funds_check: bool = False
+) -> BalanceSummary:
+    """`funds_check`: the account's row is locked (one funds check per user at a
+    time) and the month's postings are summed only where a budget needs them (a
+    month of per-minute charges is many rows; a create need not read them for
+    nothing): `month_spent` is then only what is not posted yet."""
+    account = ledger.account(session, user.id, lock=funds_check)
     states = [metering.state_of(r) for r in open_intervals(session, user.id)]
     unposted = metering.unposted(states, now)
+    budget = account.monthly_budget_micro if account else None
+    spent = month_spent(session, user.id, now) if budget is not None or not funds_check else 0
     return BalanceSummary(
         user=user,
         balance=account.balance_micro if account else 0,
         unposted=unposted,
         burn_per_hour=sum(s.rate.per_hour for s in states),
-        monthly_budget=account.monthly_budget_micro if account else None,
-        month_spent=month_spent(session, user.id, now) + unposted,
+        monthly_budget=budget,
+        month_spent=spent + unposted,
     )
 
 
@@ -335,8 +343,7 @@ def shortfall(
         return None
     user = session.get(UserModel, user_id)
     assert user is not None
-    ledger.account(session, user_id, lock=True)  # one funds check per user at a time
-    state = _summary(session, user, now)
+    state = _summary(session, user, now, funds_check=True)
     others = state.burn_per_hour + waiting_burn_per_hour(session, user_id, waiting_self)
     seconds = max(settings.billing_min_balance_seconds, settings.billing_charge_period_s)
     total = Rate(rate.per_hour + others)

@@ -13,10 +13,15 @@ from gpudock.scheduler.hosts import HostBuild
 from gpudock.services.fleet.shape import FleetShape
 
 
-def host_builds(shape: FleetShape) -> list[HostBuild]:
-    return [
+def host_builds(shape: FleetShape) -> tuple[HostBuild, ...]:
+    """The hosts as built, for the placement policies (once per shape)."""
+    return shape.derived("host builds", _builds)
+
+
+def _builds(shape: FleetShape) -> tuple[HostBuild, ...]:
+    return tuple(
         HostBuild(
             host.id, float(host.cpus), float(host.memory_gb), tuple(g.slot for g in host.gpus)
         )
         for host in shape.hosts
-    ]
+    )

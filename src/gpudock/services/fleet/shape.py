@@ -18,7 +18,9 @@ shares, instances' CPUs) is never cached here (`inventory.capacity_snapshot`).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -28,6 +30,7 @@ from gpudock.scheduler.placement import GpuSlot
 from gpudock.services.context import ServiceContext
 
 GENERATION_KEY = "fleet_generation"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,24 @@ class HostShape:
 class FleetShape:
     generation: str | None  # None: the database keeps no generation; never reused
     hosts: tuple[HostShape, ...]  # present ones, in the database's order
+    _derived: dict[object, Any] = field(
+        default_factory=dict, init=False, compare=False, hash=False, repr=False
+    )
+
+    def derived(self, key: object, compute: Callable[[FleetShape], T]) -> T:
+        """`compute(self)`, worked out once per shape: what every create, list or
+        placement pass derives from the fleet (host names, models' hosts, drivers)
+        is then a lookup while the generation stands still. Threads may race to
+        compute it; each gets an equal value, as the shape never changes."""
+        try:
+            return self._derived[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._derived[key] = compute(self)
+            return value
+
+    @property
+    def host_names(self) -> dict[str, str]:
+        return self.derived("host names", lambda shape: {h.id: h.name for h in shape.hosts})
 
     @property
     def models(self) -> frozenset[str]:

@@ -127,6 +127,10 @@ class Target:
 
 
 def targets(fleet: FleetShape) -> list[Target]:
+    return fleet.derived("image targets", _targets)
+
+
+def _targets(fleet: FleetShape) -> list[Target]:
     drivers: dict[str, dict[str, str]] = {}
     for host in fleet.hosts:
         for gpu in host.gpus:

@@ -351,7 +351,8 @@ def _views(
 
 def _host_names(ctx: ServiceContext, session: Session, host_ids: set[str]) -> dict[str, str]:
     """From the kept fleet shape; a host no longer present is read by its id."""
-    names = {h.id: h.name for h in fleet_shape(ctx, session).hosts if h.id in host_ids}
+    present = fleet_shape(ctx, session).host_names
+    names = {host_id: present[host_id] for host_id in host_ids if host_id in present}
     gone = host_ids - names.keys()
     if gone:
         query = select(HostModel.id, HostModel.name).where(HostModel.id.in_(gone))

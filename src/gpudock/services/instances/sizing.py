@@ -78,15 +78,19 @@ class _HostShape:
     gpus: int
 
 
-def _shapes(fleet: FleetShape, model: str | None) -> list[_HostShape]:
+def _shapes(fleet: FleetShape, model: str | None) -> tuple[_HostShape, ...]:
     """Present hosts with their count of `model`'s GPUs; those without one left
     out, unless `model` is None (every host, GPUs not counted)."""
+    return fleet.derived(("host sizes", model), lambda shape: _count_shapes(shape, model))
+
+
+def _count_shapes(fleet: FleetShape, model: str | None) -> tuple[_HostShape, ...]:
     shapes = []
     for host in fleet.hosts:
         count = sum(1 for gpu in host.gpus if gpu.slot.model == model)
         if model is None or count:
             shapes.append(_HostShape(host.cpus, host.memory_gb, count))
-    return shapes
+    return tuple(shapes)
 
 
 def resolve_size(
@@ -122,7 +126,7 @@ def _resolve_size(
                 ),
                 field="gpu_model",
             )
-    shapes = [s for m in models for s in _shapes(fleet, m)] or _shapes(fleet, None)
+    shapes = [s for m in models for s in _shapes(fleet, m)] or list(_shapes(fleet, None))
     share = share_milli(session, request)
     if share is not None:
         return _share_size(settings, request, shapes, share)
