@@ -39,7 +39,7 @@ from gpudock.services.billing import balances as billing
 from gpudock.services.context import ServiceContext
 from gpudock.services.fleet import move_log
 from gpudock.services.fleet.builds import host_builds
-from gpudock.services.fleet.inventory import capacity_snapshot
+from gpudock.services.fleet.inventory import KeptCapacity, capacity_snapshot
 from gpudock.services.fleet.moves import EVICTED
 from gpudock.services.fleet.shape import fleet_shape
 from gpudock.services.images import catalog as images
@@ -65,13 +65,14 @@ class PlacementState:
         self.placer = HostPlacer(settings.placement_policy)
         self.tried: dict[str, datetime] = {}
         self.warm = False
+        self.capacity = KeptCapacity()
 
     def sync(self, ctx: ServiceContext, session: Session) -> None:
         if not self.warm:
             _warm_up(session, self.placer)
             self.warm = True
         shape = fleet_shape(ctx, session)
-        self.placer.sync(host_builds(shape), capacity_snapshot(session, shape))
+        self.placer.sync(host_builds(shape), capacity_snapshot(session, shape, self.capacity))
 
     def arrives(self, instance: InstanceModel) -> bool:
         """Is this the instance's first try since it was queued?"""

@@ -189,7 +189,19 @@ def current_capacity(ctx: ServiceContext, session: Session) -> list[HostCapacity
     return capacity_snapshot(session, fleet_shape(ctx, session))
 
 
-def capacity_snapshot(session: Session, shape: FleetShape | None = None) -> list[HostCapacity]:
+class KeptCapacity:
+    """The rows of the last snapshot, with what each was made from: a host whose
+    inputs have not moved gets the very same row again, so the placement
+    policy's mirror (`HostPlacer.sync`) skips it too. A placement pass at fleet
+    scale then costs its reads and the hosts that changed, not every host."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[tuple[object, ...], HostCapacity]] = {}
+
+
+def capacity_snapshot(
+    session: Session, shape: FleetShape | None = None, kept: KeptCapacity | None = None
+) -> list[HostCapacity]:
     """Free CPU, memory and healthy unallocated GPUs per present host that takes
     new instances (an agent host that is pending or draining does not), with its
     labels.
@@ -199,7 +211,8 @@ def capacity_snapshot(session: Session, shape: FleetShape | None = None) -> list
     and sums: the CPUs and memory placed instances hold per host, the GPUs held
     whole and the milli-GPU held in shares — and the agent hosts' state and
     labels (one small row per agent host, written outside `hosts`, so outside
-    what moves the shape's generation)."""
+    what moves the shape's generation). `kept`: the last snapshot's rows, reused
+    for hosts whose inputs are the same (`KeptCapacity`)."""
     shape = shape or load_shape(session)
     closed: set[str] = set()
     labels: dict[str, frozenset[tuple[str, str]]] = {}
@@ -230,11 +243,52 @@ def capacity_snapshot(session: Session, shape: FleetShape | None = None) -> list
             )
         )
     }
-    return [
-        _capacity(host, used.get(host.id, (0.0, 0.0)), whole, shared, labels)
-        for host in shape.hosts
-        if host.id not in closed
-    ]
+    present = [host for host in shape.hosts if host.id not in closed]
+    if kept is None:
+        return [_capacity(h, used.get(h.id, (0.0, 0.0)), whole, shared, labels) for h in present]
+    return _reusing(kept, shape, present, (used, whole, shared, labels))
+
+
+def _reusing(
+    kept: KeptCapacity,
+    shape: FleetShape,
+    present: list[HostShape],
+    read: tuple[
+        dict[str | None, tuple[float, float]],
+        set[str],
+        dict[str, int],
+        dict[str, frozenset[tuple[str, str]]],
+    ],
+) -> list[HostCapacity]:
+    """`_capacity` of each host, or its kept row where its inputs are the same:
+    the host's shape (the same object while the generation stands), what its
+    instances hold, its GPUs held whole or in shares, and its labels."""
+    used, whole, shared, labels = read
+    host_of = shape.derived("gpu hosts", _host_of_gpu)
+    held: defaultdict[str, list[object]] = defaultdict(list)
+    for gpu_id in whole:
+        held[host_of.get(gpu_id, "")].append(gpu_id)
+    for gpu_id, milli in shared.items():
+        held[host_of.get(gpu_id, "")].append((gpu_id, milli))
+    rows: dict[str, tuple[tuple[object, ...], HostCapacity]] = {}
+    for host in present:
+        inputs = (
+            host,
+            used.get(host.id, (0.0, 0.0)),
+            frozenset(held.get(host.id, ())),
+            labels.get(host.id),
+        )
+        last = kept.rows.get(host.id)
+        if last is not None and last[0][0] is host and last[0][1:] == inputs[1:]:
+            rows[host.id] = last
+        else:
+            rows[host.id] = (inputs, _capacity(host, inputs[1], whole, shared, labels))
+    kept.rows = rows
+    return [row for _inputs, row in rows.values()]
+
+
+def _host_of_gpu(shape: FleetShape) -> dict[str, str]:
+    return {gpu.slot.uuid: host.id for host in shape.hosts for gpu in host.gpus}
 
 
 def _capacity(
