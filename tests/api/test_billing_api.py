@@ -211,6 +211,7 @@ def test_concurrent_topups_with_one_key_credit_once_on_postgres(pg_world: World)
     assert world.call(world.alice, "get", "/billing/balance")["balance"] == "1"
     with world.platform.ctx.sessions() as session:
         assert ledger.verify_balances(session) == {}
+        assert ledger.verify_month_totals(session) == {}
 
 
 def _run_and_bill(world: World) -> str:

@@ -269,6 +269,7 @@ def test_delete_removes_instances_and_credentials_and_keeps_the_ledger(
     assert gone.status_code == 401 and gone.json()["error"]["code"] == "account_deleted"
     with platform.ctx.sessions() as session:
         assert ledger.verify_balances(session) == {}
+        assert ledger.verify_month_totals(session) == {}
         assert session.scalars(select(SshKeyModel)).all() == []
         postings = session.scalars(select(BillingPostingModel)).all()
     assert {p.kind for p in postings} >= {"topup", "compute"}

@@ -84,6 +84,7 @@ def events(platform: Platform, instance_id: str) -> list[str]:
 def assert_books_balance(platform: Platform) -> None:
     with platform.ctx.sessions() as session:
         assert ledger.verify_balances(session) == {}
+        assert ledger.verify_month_totals(session) == {}
 
 
 def charged_seconds(platform: Platform, instance_id: str) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -10,7 +10,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import select, text
+from sqlalchemy import Engine, insert, select, text
 
 from gpudock.db.engine import (
     alembic_config,
@@ -20,12 +20,22 @@ from gpudock.db.engine import (
     make_sessionmaker,
     migrate,
 )
-from gpudock.db.models import Base, InstanceEventModel, InstanceModel, UserState
+from gpudock.db.models import (
+    Base,
+    BillingAccountModel,
+    BillingMonthTotalModel,
+    BillingPostingModel,
+    InstanceEventModel,
+    InstanceModel,
+    UserState,
+)
 from gpudock.gpu.simulated import SimulatedGpuSource
 from gpudock.messages import localize
 from gpudock.platform import Platform
 from gpudock.runtime.fake import FakeRuntime
 from gpudock.services.accounts import tokens, users
+from gpudock.services.billing import postings as ledger
+from gpudock.services.billing.balances import month_spent
 from gpudock.services.context import ServiceContext
 from gpudock.services.instances import actions as instances
 from gpudock.settings import Settings
@@ -178,3 +188,85 @@ def test_0011_gives_existing_texts_their_message_ids(platform: Platform) -> None
     }
     assert events[-1] == ("something nobody catalogued", None)
     assert localize("x", "zh-CN", reason) == "已关机；数据保留"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_0023_sums_what_was_posted_into_monthly_totals_by_utc_month(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Postings made before 0023 land in the month of their UTC time, per kind."""
+    url = (
+        request.getfixturevalue("postgres_url")
+        if backend == "postgres"
+        else f"sqlite:///{tmp_path / 'm.db'}"
+    )
+    engine = make_engine(url)
+    try:
+        migrate(engine)
+        command.downgrade(alembic_config(engine), "0023@0022")  # the schema before 0023
+        _post_before_0023(engine)
+        migrate(engine)
+        with make_sessionmaker(engine)() as session:
+            totals = session.execute(
+                select(
+                    BillingMonthTotalModel.month,
+                    BillingMonthTotalModel.kind,
+                    BillingMonthTotalModel.amount_micro,
+                ).order_by(BillingMonthTotalModel.month, BillingMonthTotalModel.kind)
+            ).all()
+            assert ledger.verify_month_totals(session) == {}
+            december = datetime(2026, 12, 15, tzinfo=UTC)
+            assert month_spent(session, "u1", december) == 5_000 - 1_000
+        assert [tuple(t) for t in totals] == [
+            ("2026-11", "charge", 3_000 + 4_000),  # 00:30 at UTC+1 is still November in UTC
+            ("2026-12", "charge", 5_000),
+            ("2026-12", "refund", 1_000),
+            ("2026-12", "topup", 9_000),
+        ]
+    finally:
+        engine.dispose()
+
+
+def _post_before_0023(engine: Engine) -> None:
+    at = datetime(2026, 11, 1, tzinfo=UTC)
+    plus_one = timezone(timedelta(hours=1))
+    postings = [
+        ("charge", 3_000, datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC)),
+        ("charge", 4_000, datetime(2026, 12, 1, 0, 30, tzinfo=plus_one)),
+        ("charge", 5_000, datetime(2026, 12, 1, 0, 0, tzinfo=UTC)),
+        ("refund", 1_000, datetime(2026, 12, 2, tzinfo=UTC)),
+        ("topup", 9_000, datetime(2026, 12, 3, tzinfo=UTC)),
+    ]
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO users (id, name, is_admin, created_at) VALUES ('u1', 'a', false, :at)"
+            ),
+            {"at": at},
+        )
+        connection.execute(
+            insert(BillingAccountModel.__table__),  # type: ignore[arg-type]
+            [
+                {"id": account, "user_id": None, "balance_micro": 0, "created_at": at}
+                for account in ("user:u1", "revenue")
+            ],
+        )
+        connection.execute(
+            insert(BillingPostingModel.__table__),  # type: ignore[arg-type]
+            [
+                {
+                    "key": f"k{n}",
+                    "kind": kind,
+                    "debit_account": "user:u1",
+                    "credit_account": "revenue",
+                    "amount_micro": amount,
+                    "user_id": "u1",
+                    "at": when,
+                    "recorded_at": when,
+                    "seconds": 0,
+                    "gpu_count": 0,
+                    "description": "",
+                }
+                for n, (kind, amount, when) in enumerate(postings)
+            ],
+        )

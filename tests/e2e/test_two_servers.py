@@ -67,6 +67,7 @@ def _assert_charged_once(server: ServerProcess, token: str) -> None:
     engine, sessions, _cluster = server.database()
     with sessions() as session:
         assert ledger.verify_balances(session) == {}
+        assert ledger.verify_month_totals(session) == {}
     engine.dispose()
     with server.client(token) as user:
         lines = user.get("/billing/ledger", params={"limit": 1000}).json()["lines"]

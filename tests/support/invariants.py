@@ -43,6 +43,10 @@ def check(database_url: str) -> list[str]:
                 *gpus_held_once(session),
                 *charged_once(session),
                 *(f"balance off: {k} {v}" for k, v in ledger.verify_balances(session).items()),
+                *(
+                    f"month total off: {k} {v}"
+                    for k, v in ledger.verify_month_totals(session).items()
+                ),
             ]
     finally:
         engine.dispose()

@@ -26,6 +26,7 @@ from gpudock.db.models.base import Base, MetaModel, UTCDateTime
 from gpudock.db.models.billing import (
     BillingAccountModel,
     BillingIntervalModel,
+    BillingMonthTotalModel,
     BillingPostingModel,
     BillingPriceModel,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "Base",
     "BillingAccountModel",
     "BillingIntervalModel",
+    "BillingMonthTotalModel",
     "BillingPostingModel",
     "BillingPriceModel",
     "DeliveryState",

@@ -109,6 +109,18 @@ class BillingPostingModel(Base):
     )
 
 
+class BillingMonthTotalModel(Base):
+    """What each user's postings of one kind add up to in one calendar month (UTC),
+    moved by `post_many` in the postings' own transaction: a month's spending is
+    then a few rows, not a sum over every per-minute charge of the month."""
+
+    __tablename__ = "billing_month_totals"
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id"), primary_key=True)
+    month: Mapped[str] = mapped_column(String(7), primary_key=True, comment="YYYY-MM, UTC")
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    amount_micro: Mapped[int] = mapped_column(BigInteger)
+
+
 class BillingPriceModel(Base):
     """Admin prices: `gpu:<model>` per GPU-hour, `no_gpu` per hour, `disk` per GB-day."""
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Protocol
 
 from sqlalchemy import func, or_, select
@@ -30,6 +30,7 @@ from gpudock.billing.metering import (
 from gpudock.billing.money import format_amount
 from gpudock.db.models import (
     BillingIntervalModel,
+    BillingMonthTotalModel,
     BillingPostingModel,
     BillingPriceModel,
     DesiredState,
@@ -300,20 +301,15 @@ def open_intervals(session: Session, user_id: str) -> list[BillingIntervalModel]
     )
 
 
-def month_start(now: datetime) -> datetime:
-    return now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
 def month_spent(session: Session, user_id: str, now: datetime) -> int:
-    """Charges minus refunds posted this calendar month (UTC)."""
+    """Charges minus refunds posted this calendar month (UTC), from the monthly
+    totals `post_many` keeps (a few rows, however many postings)."""
     rows = session.execute(
-        select(BillingPostingModel.kind, func.sum(BillingPostingModel.amount_micro))
-        .where(
-            BillingPostingModel.user_id == user_id,
-            BillingPostingModel.at >= month_start(now),
-            BillingPostingModel.kind != PostingKind.TOPUP.value,
+        select(BillingMonthTotalModel.kind, BillingMonthTotalModel.amount_micro).where(
+            BillingMonthTotalModel.user_id == user_id,
+            BillingMonthTotalModel.month == ledger.month_of(now),
+            BillingMonthTotalModel.kind != PostingKind.TOPUP.value,
         )
-        .group_by(BillingPostingModel.kind)
     ).all()
     return sum(-int(t) if k == PostingKind.REFUND.value else int(t) for k, t in rows)
 

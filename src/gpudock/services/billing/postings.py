@@ -1,17 +1,18 @@
 """The ledger in the database: accounts, append-only postings, cached balances.
 
-`post_many()` is the one writer of `billing_postings` and of
-`billing_accounts.balance_micro`: it inserts postings and moves the cached
-balances in the caller's transaction, so the cache can never disagree with
-the postings it sums (`verify_balances()` proves it; the tests call it).
+`post_many()` is the one writer of `billing_postings`, of
+`billing_accounts.balance_micro` and of `billing_month_totals`: it inserts
+postings and moves the cached balances and each user's monthly totals in the
+caller's transaction, so neither cache can disagree with the postings it sums
+(`verify_balances()` proves it; the tests call it).
 The unique `key` column makes a replayed posting impossible, whatever the timing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import cast
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from sqlalchemy import Table, case, func, insert, literal, select, union_all, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -20,7 +21,8 @@ from sqlalchemy.orm import Session
 
 from gpudock import messages
 from gpudock.billing.ledger import Posting, user_account
-from gpudock.db.models import BillingAccountModel, BillingPostingModel
+from gpudock.db.models import BillingAccountModel, BillingMonthTotalModel, BillingPostingModel
+from gpudock.db.models.base import Base
 
 POSTINGS = cast(Table, BillingPostingModel.__table__)  # declarative maps it to a Table
 
@@ -63,9 +65,18 @@ def ensure_accounts(session: Session, account_ids: list[str], now: datetime) -> 
         }
         for a in missing
     ]
+    session.execute(_upsert(session, BillingAccountModel).values(values).on_conflict_do_nothing())
+
+
+def _upsert(session: Session, model: type[Base]) -> Any:
+    """INSERT … ON CONFLICT in the session's dialect (both have it; the builders differ)."""
     dialect = session.get_bind().dialect.name
-    upsert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-    session.execute(upsert(BillingAccountModel).values(values).on_conflict_do_nothing())
+    return (postgresql_insert if dialect == "postgresql" else sqlite_insert)(model)
+
+
+def month_of(at: datetime) -> str:
+    """The calendar month (UTC) a posting at `at` counts in: "2026-12"."""
+    return at.astimezone(UTC).strftime("%Y-%m")
 
 
 def find(session: Session, key: str) -> BillingPostingModel | None:
@@ -96,7 +107,32 @@ def post_many(session: Session, items: list[tuple[Posting, PostingDetails]], now
     ensure_accounts(session, sorted(deltas), now)
     session.execute(insert(POSTINGS), rows)  # the unique key speaks now
     _move(session, deltas)
+    _add_to_months(session, [posting for posting, _details in items])
     return len(rows)
+
+
+def _add_to_months(session: Session, postings: list[Posting]) -> None:
+    """`amount = amount + added` per (user, month, kind), inserting the rows a month
+    starts with; an upsert, so two servers posting for one user both count."""
+    added: dict[tuple[str, str, str], int] = {}
+    for posting in postings:
+        key = (posting.user_id, month_of(posting.at), posting.kind.value)
+        added[key] = added.get(key, 0) + posting.amount
+    statement = _upsert(session, BillingMonthTotalModel).values(
+        [
+            {"user_id": user_id, "month": month, "kind": kind, "amount_micro": amount}
+            for (user_id, month, kind), amount in sorted(added.items())
+        ]
+    )
+    session.execute(
+        statement.on_conflict_do_update(
+            index_elements=["user_id", "month", "kind"],
+            set_={
+                "amount_micro": BillingMonthTotalModel.amount_micro
+                + statement.excluded.amount_micro
+            },
+        )
+    )
 
 
 def _values(posting: Posting, extra: PostingDetails, now: datetime) -> dict[str, object]:
@@ -185,3 +221,38 @@ def verify_balances(session: Session) -> dict[str, tuple[int, int]]:
     if total != 0:
         wrong["Σ"] = (0, total)
     return wrong
+
+
+def verify_month_totals(session: Session) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """Monthly totals that differ from the postings they sum: {(user, month, kind):
+    (kept, derived)}; empty when all is well. One statement, as `verify_balances`."""
+    posted = BillingPostingModel
+    if session.get_bind().dialect.name == "postgresql":
+        month = func.to_char(func.timezone("UTC", posted.at), "YYYY-MM")
+    else:  # SQLite keeps UTC text: "2026-12-08 02:10:00.000000"
+        month = func.substr(posted.at, 1, 7)
+    kept = BillingMonthTotalModel
+    parts = union_all(
+        select(
+            posted.user_id.label("user_id"),
+            month.label("month"),
+            posted.kind.label("kind"),
+            posted.amount_micro.label("derived"),
+            literal(0).label("kept"),
+        ),
+        select(kept.user_id, kept.month, kept.kind, literal(0), kept.amount_micro),
+    ).subquery()
+    rows = session.execute(
+        select(
+            parts.c.user_id,
+            parts.c.month,
+            parts.c.kind,
+            func.sum(parts.c.kept),
+            func.sum(parts.c.derived),
+        ).group_by(parts.c.user_id, parts.c.month, parts.c.kind)
+    ).all()
+    return {
+        (user_id, month_, kind): (int(kept_sum), int(derived))
+        for user_id, month_, kind, kept_sum, derived in rows
+        if int(kept_sum) != int(derived)
+    }
