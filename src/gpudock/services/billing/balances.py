@@ -257,9 +257,8 @@ def _summary(
     session: Session, user: UserModel, now: datetime, *, funds_check: bool = False
 ) -> BalanceSummary:
     """`funds_check`: the account's row is locked (one funds check per user at a
-    time) and the month's postings are summed only where a budget needs them (a
-    month of per-minute charges is many rows; a create need not read them for
-    nothing): `month_spent` is then only what is not posted yet."""
+    time) and the month's spending is read only where a budget needs it;
+    without one, `month_spent` is then only what is not posted yet."""
     account = ledger.account(session, user.id, lock=funds_check)
     states = [metering.state_of(r) for r in open_intervals(session, user.id)]
     unposted = metering.unposted(states, now)
