@@ -41,16 +41,19 @@ from gpudock.services.instances import actions as instances
 from gpudock.settings import Settings
 
 
+def _database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh migrated PostgreSQL database, or an empty SQLite file."""
+    if backend == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return f"sqlite:///{tmp_path / 'm.db'}"
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_migrations_match_the_models(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = (
-        request.getfixturevalue("postgres_url")
-        if backend == "postgres"
-        else f"sqlite:///{tmp_path / 'm.db'}"
-    )
-    engine = make_engine(url)
+    engine = make_engine(_database_url(backend, tmp_path, request))
     try:
         migrate(engine)
         migrate(engine)  # idempotent
@@ -98,12 +101,7 @@ def test_downgrading_0009_keeps_users_and_their_tokens(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A table rebuild on SQLite would drop `users`, cascading into api_tokens."""
-    url = (
-        request.getfixturevalue("postgres_url")
-        if backend == "postgres"
-        else f"sqlite:///{tmp_path / 'm.db'}"
-    )
-    engine = make_engine(url)
+    engine = make_engine(_database_url(backend, tmp_path, request))
     try:
         migrate(engine)
         at = datetime(2026, 1, 1, tzinfo=UTC)
@@ -195,12 +193,7 @@ def test_0023_sums_what_was_posted_into_monthly_totals_by_utc_month(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Postings made before 0023 land in the month of their UTC time, per kind."""
-    url = (
-        request.getfixturevalue("postgres_url")
-        if backend == "postgres"
-        else f"sqlite:///{tmp_path / 'm.db'}"
-    )
-    engine = make_engine(url)
+    engine = make_engine(_database_url(backend, tmp_path, request))
     try:
         migrate(engine)
         command.downgrade(alembic_config(engine), "0023@0022")  # the schema before 0023
