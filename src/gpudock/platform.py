@@ -155,6 +155,7 @@ def open_platform(
     ctx.cluster_id = inventory.ensure_cluster_id(ctx)
     ctx.hosts = _host_runtimes(ctx)
     inventory.sync_inventory(ctx, source.discover())
+    inventory.keep_fleet_shape(ctx)
     reconciler = Reconciler(ctx)
     ctx.wake_reconciler = reconciler.wake
     token_path = _write_admin_token(settings.data_dir, users.ensure_admin(ctx))

@@ -106,3 +106,10 @@ def test_an_instance_on_a_host_gone_from_the_fleet_still_names_it(platform: Plat
     inventory.sync_inventory(ctx, SimulatedGpuSource("1x4xA100-80GB").discover())
     assert placed.host_name not in {h.name for h in _read(ctx).hosts}
     assert instances.show_view(ctx, ada, made.id).host_name == placed.host_name
+
+
+def test_the_shape_is_read_at_start_up_not_by_the_first_request(platform: Platform) -> None:
+    ctx = platform.ctx
+    assert _loads(ctx) == 1  # open_platform read it
+    _read(ctx)
+    assert _loads(ctx) == 1
