@@ -254,23 +254,19 @@ def summary(ctx: ServiceContext, user: UserModel) -> BalanceSummary:
 
 
 def _summary(
-    session: Session, user: UserModel, now: datetime, *, funds_check: bool = False
+    session: Session, user: UserModel, now: datetime, *, lock: bool = False
 ) -> BalanceSummary:
-    """`funds_check`: the account's row is locked (one funds check per user at a
-    time) and the month's spending is read only where a budget needs it;
-    without one, `month_spent` is then only what is not posted yet."""
-    account = ledger.account(session, user.id, lock=funds_check)
+    """`lock`: the account's row is locked (one funds check per user at a time)."""
+    account = ledger.account(session, user.id, lock=lock)
     states = [metering.state_of(r) for r in open_intervals(session, user.id)]
     unposted = metering.unposted(states, now)
-    budget = account.monthly_budget_micro if account else None
-    spent = month_spent(session, user.id, now) if budget is not None or not funds_check else 0
     return BalanceSummary(
         user=user,
         balance=account.balance_micro if account else 0,
         unposted=unposted,
         burn_per_hour=sum(s.rate.per_hour for s in states),
-        monthly_budget=budget,
-        month_spent=spent + unposted,
+        monthly_budget=account.monthly_budget_micro if account else None,
+        month_spent=month_spent(session, user.id, now) + unposted,
     )
 
 
@@ -338,7 +334,7 @@ def shortfall(
         return None
     user = session.get(UserModel, user_id)
     assert user is not None
-    state = _summary(session, user, now, funds_check=True)
+    state = _summary(session, user, now, lock=True)
     others = state.burn_per_hour + waiting_burn_per_hour(session, user_id, waiting_self)
     seconds = max(settings.billing_min_balance_seconds, settings.billing_charge_period_s)
     total = Rate(rate.per_hour + others)

@@ -6,8 +6,8 @@ Create Date: 2026-12-08 02:10:00
 
 The balance page, the funds check under a budget and every charging pass over a
 budgeted user summed the month's postings: with a charge per running instance per
-minute that is ~43,000 rows per instance-month (345,000 rows took 320 ms on SQLite
-here). `post_many` now moves `billing_month_totals` in the postings' own
+minute that is ~43,000 rows per instance-month (345,600 rows took 412 ms on SQLite
+here; `bench/month_spent.py`). `post_many` now moves `billing_month_totals` in the postings' own
 transaction; the rows already posted are summed into it once, here.
 """
 
